@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/internal/errs"
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/arctic"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/arcticref"
@@ -68,15 +67,6 @@ func TestSwitchesMatter(t *testing.T) {
 		refcheck.Mutant{Name: "no residual MLP", Logits: noResidual.Logits})
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // instruct is an Arctic config of snowflake-arctic-instruct's sizes.
 func instruct(extra string) string {
 	return `{"architectures": ["ArcticForCausalLM"], "model_type": "arctic", "hidden_size": 7168, "intermediate_size": 4864,
@@ -90,7 +80,7 @@ func instruct(extra string) string {
 // (478,584,608,768 parameters, 17,318,647,808 active a token: the card's
 // 480B and 17B) and refuses what it cannot run, naming the field.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, instruct("")))
+	m, err := lm.New(lmckpt.ParseConfig(t, instruct("")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,12 +102,12 @@ func TestConfig(t *testing.T) {
 	// ArcticConfig has no use_residual: parallel_attn_mlp_res alone
 	// decides; the attention reads no biases or head_dim.
 	js := strings.Replace(instruct(`, "attention_bias": true, "head_dim": 64`), `"use_residual": true, `, "", 1)
-	if _, parallel, err := arctic.Resolve(configOf(t, js)); err != nil || !parallel {
+	if _, parallel, err := arctic.Resolve(lmckpt.ParseConfig(t, js)); err != nil || !parallel {
 		t.Errorf("without use_residual: parallel %v, %v", parallel, err)
-	} else if o, _, _ := arctic.Resolve(configOf(t, js)); o.QKVBias || o.Spec.HeadDim != 128 {
+	} else if o, _, _ := arctic.Resolve(lmckpt.ParseConfig(t, js)); o.QKVBias || o.Spec.HeadDim != 128 {
 		t.Errorf("attention_bias or head_dim read: %+v", o.Spec)
 	}
-	seq, _, err := arctic.Resolve(configOf(t, `{"architectures": ["ArcticForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
+	seq, _, err := arctic.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["ArcticForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
 		"num_hidden_layers": 4}`))
 	if err != nil || seq.Experts != 8 || seq.TopK != 1 || !seq.NormTopK || seq.Sparse[0] || !seq.Sparse[1] {
 		t.Errorf("ArcticConfig's defaults: %+v, %v", seq, err)
@@ -137,7 +127,7 @@ func TestConfig(t *testing.T) {
 				js = strings.Replace(js, key, "", 1)
 			}
 		}
-		_, _, err := arctic.Resolve(configOf(t, js))
+		_, _, err := arctic.Resolve(lmckpt.ParseConfig(t, js))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") || errors.Is(err, errs.ErrUnsupported) != bad.unsupported {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.extra, err, bad.want)
 		}

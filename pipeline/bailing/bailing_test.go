@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/compile"
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/bailing"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/dsref"
@@ -117,7 +116,7 @@ const lingMini = `{
 // checkpoints, the configuration class's defaults, and refuses what it
 // cannot run, naming the field.
 func TestLingConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, lingMini))
+	m, err := lm.New(lmckpt.ParseConfig(t, lingMini))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +168,7 @@ func TestLingConfig(t *testing.T) {
 	}
 
 	// BailingMoeV2Config's defaults where a config leaves fields out.
-	d, err := bailing.Resolve(configOf(t, `{"architectures": ["BailingMoeV2ForCausalLM"], "num_key_value_heads": 4, "intermediate_size": 256, "moe_intermediate_size": 64}`))
+	d, err := bailing.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["BailingMoeV2ForCausalLM"], "num_key_value_heads": 4, "intermediate_size": 256, "moe_intermediate_size": 64}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +179,7 @@ func TestLingConfig(t *testing.T) {
 	}
 	// BailingMoeV2Gate renormalizes whenever top_k > 1, whatever
 	// norm_topk_prob says.
-	n, err := bailing.Resolve(configOf(t, `{"architectures": ["BailingMoeV2ForCausalLM"], "num_key_value_heads": 4, "intermediate_size": 256,
+	n, err := bailing.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["BailingMoeV2ForCausalLM"], "num_key_value_heads": 4, "intermediate_size": 256,
 		"moe_intermediate_size": 64, "norm_topk_prob": false}`))
 	if err != nil || !n.NormTopK {
 		t.Errorf("norm_topk_prob false: %v, NormTopK %v", err, n.NormTopK)
@@ -206,7 +205,7 @@ func TestLingConfig(t *testing.T) {
 		{`"partial_rotary_factor": 0.1`, "rotary dim", false},
 		{`"num_experts": 1000000`, "expert MLPs", false},
 	} {
-		_, err := bailing.Resolve(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		_, err := bailing.Resolve(lmckpt.ParseConfig(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}
@@ -214,15 +213,6 @@ func TestLingConfig(t *testing.T) {
 			t.Errorf("%s: error %v", bad.js, err)
 		}
 	}
-}
-
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
 }
 
 // TestLingMTPMatchesReference drafts with a tiny Ling 2.0's

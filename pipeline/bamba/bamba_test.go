@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/compile"
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/bamba"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/nn"
@@ -15,20 +14,11 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // TestConfig: BambaConfig's defaults (128 mixer heads of 64, state 256;
 // the rotary over half of each head whatever config.json says), the
 // attention layers attn_layer_indices names, and the refusals.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["BambaForCausalLM"], "attn_layer_indices": [9, 18, 27], "partial_rotary_factor": 1.0}`))
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["BambaForCausalLM"], "attn_layer_indices": [9, 18, 27], "partial_rotary_factor": 1.0}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +28,7 @@ func TestConfig(t *testing.T) {
 		t.Errorf("defaults: %+v", o)
 	}
 	// Nor does rope_parameters' factor change it.
-	m, err = lm.New(configOf(t, `{"architectures": ["BambaForCausalLM"], "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}}`))
+	m, err = lm.New(lmckpt.ParseConfig(t, `{"architectures": ["BambaForCausalLM"], "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +42,7 @@ func TestConfig(t *testing.T) {
 		{`"rope_parameters": [1]`, "rope_parameters"},
 		{`"hidden_act": "gelu"`, "hidden_act"},
 	} {
-		_, err := lm.New(configOf(t, `{"architectures": ["BambaForCausalLM"], `+c.js+`}`))
+		_, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["BambaForCausalLM"], `+c.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error naming %q", c.js, err, c.want)
 		}

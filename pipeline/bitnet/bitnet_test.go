@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/bitnet"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -19,22 +18,13 @@ import (
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 )
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // TestConfig: bitnet-b1.58-2B-4T's sizes (30 layers, hidden 2560, 20
 // heads of 128 over 5, MLP 6912, vocabulary 128256, tied) give
 // 2,412,820,480 parameters (the card's 2B, its 2.4B with the embedding),
 // the two sub norms in every layer; BitNetConfig's defaults; a
 // quantization_config the loader does not read is refused by name.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["BitNetForCausalLM"], "hidden_act": "relu2", "hidden_size": 2560,
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["BitNetForCausalLM"], "hidden_act": "relu2", "hidden_size": 2560,
 		"intermediate_size": 6912, "max_position_embeddings": 4096, "model_type": "bitnet", "num_attention_heads": 20,
 		"num_hidden_layers": 30, "num_key_value_heads": 5, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
 		"tie_word_embeddings": true, "vocab_size": 128256, "bos_token_id": 128000, "eos_token_id": 128001,
@@ -56,7 +46,7 @@ func TestConfig(t *testing.T) {
 	if !names["model.layers.0.self_attn.attn_sub_norm.weight"] || !names["model.layers.0.mlp.ffn_sub_norm.weight"] {
 		t.Errorf("layer 0's weights %v lack the sub norms", names)
 	}
-	d, err := bitnet.Resolve(configOf(t, `{"architectures": ["BitNetForCausalLM"]}`))
+	d, err := bitnet.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["BitNetForCausalLM"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,12 +60,12 @@ func TestConfig(t *testing.T) {
 		{`{"quant_method": "bitnet", "modules_to_not_convert": ["lm_head", "down_proj"]}`, "modules_to_not_convert \"down_proj\""},
 		{`{"quant_method": "bitnet", "linear_class": "autobitlinear"}, "attention_bias": true`, "attention_bias"},
 	} {
-		_, err := lm.New(configOf(t, `{"architectures": ["BitNetForCausalLM"], "quantization_config": `+bad.q+`}`))
+		_, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["BitNetForCausalLM"], "quantization_config": `+bad.q+`}`))
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: %v, want an error naming %s", bad.q, err, bad.want)
 		}
 	}
-	_, err = lm.New(configOf(t, `{"architectures": ["Qwen2ForCausalLM"], "quantization_config": {"quant_method": "bitnet"}}`))
+	_, err = lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Qwen2ForCausalLM"], "quantization_config": {"quant_method": "bitnet"}}`))
 	if err == nil || !strings.Contains(err.Error(), "bitnet") {
 		t.Errorf("bitnet on Qwen2: %v, want it refused", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/bloom"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/nn"
@@ -75,15 +74,6 @@ func TestSlopes(t *testing.T) {
 	}
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // bloom560m is bigscience/bloom-560m's config.json.
 const bloom560m = `{"apply_residual_connection_post_layernorm": false, "architectures": ["BloomForCausalLM"],
 	"attention_dropout": 0.0, "attention_softmax_in_fp32": true, "bias_dropout_fusion": true, "bos_token_id": 1,
@@ -95,7 +85,7 @@ const bloom560m = `{"apply_residual_connection_post_layernorm": false, "architec
 // TestConfig reads BLOOM-560M's config.json (559,214,592 parameters, its
 // model card's count) and refuses what it cannot run, naming the field.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, bloom560m))
+	m, err := lm.New(lmckpt.ParseConfig(t, bloom560m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +118,7 @@ func TestConfig(t *testing.T) {
 	}
 	// n_embed (the first uploads') is hidden_size; seq_length bounds the
 	// context; n_inner is not read (BloomMLP is 4 × hidden).
-	o2, err := bloom.Resolve(configOf(t, `{"architectures": ["BloomForCausalLM"], "n_embed": 96, "hidden_size": 32, "n_head": 4,
+	o2, err := bloom.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["BloomForCausalLM"], "n_embed": 96, "hidden_size": 32, "n_head": 4,
 		"n_layer": 2, "n_inner": 100, "seq_length": 4096, "vocab_size": 100}`))
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +132,7 @@ func TestConfig(t *testing.T) {
 		{`"n_head": 5`, "not a multiple"},
 	} {
 		js := strings.Replace(bloom560m, `"vocab_size": 250880}`, `"vocab_size": 250880, `+bad.js+`}`, 1)
-		_, err := bloom.Resolve(configOf(t, js))
+		_, err := bloom.Resolve(lmckpt.ParseConfig(t, js))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}
@@ -150,11 +140,11 @@ func TestConfig(t *testing.T) {
 	// slow_but_exact without tensor-parallel slices, and pretraining_tp
 	// without slow_but_exact, are the plain product.
 	js := strings.Replace(bloom560m, `"slow_but_exact": false`, `"slow_but_exact": true`, 1)
-	if _, err := bloom.Resolve(configOf(t, js)); err != nil {
+	if _, err := bloom.Resolve(lmckpt.ParseConfig(t, js)); err != nil {
 		t.Errorf("slow_but_exact with pretraining_tp 1: %v", err)
 	}
 	js = strings.Replace(bloom560m, `"pretraining_tp": 1`, `"pretraining_tp": 4`, 1)
-	if _, err := bloom.Resolve(configOf(t, js)); err != nil {
+	if _, err := bloom.Resolve(lmckpt.ParseConfig(t, js)); err != nil {
 		t.Errorf("pretraining_tp 4 without slow_but_exact: %v", err)
 	}
 }

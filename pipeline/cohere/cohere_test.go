@@ -14,15 +14,6 @@ import (
 	_ "github.com/tputool/tputool/pipeline/cohere"
 )
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 func options(t *testing.T, js string) (llama.Options, error) {
 	t.Helper()
 	cfg, err := config.ParseModel([]byte(js))
@@ -104,7 +95,7 @@ func TestConfigs(t *testing.T) {
 	// Command R+'s sizes (64 layers, hidden 12288, 96 heads of 128 over 8,
 	// MLP 33792, vocabulary 256000, tied, use_qk_norm): 103,810,674,688
 	// parameters, the card's 104B, q_norm and k_norm a weight per head.
-	plus, err := lm.New(configOf(t, `{"architectures": ["CohereForCausalLM"], "model_type": "cohere", "hidden_size": 12288,
+	plus, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["CohereForCausalLM"], "model_type": "cohere", "hidden_size": 12288,
 		"intermediate_size": 33792, "layer_norm_eps": 1e-05, "logit_scale": 0.8333333333333334, "num_attention_heads": 96,
 		"num_hidden_layers": 64, "num_key_value_heads": 8, "rope_theta": 75000000.0, "use_qk_norm": true, "vocab_size": 256000}`))
 	if err != nil {

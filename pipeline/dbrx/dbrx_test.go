@@ -15,7 +15,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/internal/errs"
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/dbrx"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -84,15 +83,6 @@ func TestSwitchesMatter(t *testing.T) {
 		refcheck.Mutant{Name: "weights not divided", Logits: unnormalized.Logits})
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // instruct is databricks/dbrx-instruct's config.json.
 func instruct(attn, ffn string) string {
 	return `{"architectures": ["DbrxForCausalLM"], "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "model_type": "", "rope_theta": 500000` + attn + `},
@@ -109,7 +99,7 @@ func instruct(attn, ffn string) string {
 // checkpoint's tensors are read under, and the split's refusal of a
 // misshapen expert tensor.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, instruct("", "")))
+	m, err := lm.New(lmckpt.ParseConfig(t, instruct("", "")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,9 +143,9 @@ func TestConfig(t *testing.T) {
 	if p, err := d.SplitWeight("transformer.blocks.40.ffn.experts.mlp.w1", []int{16 * 10752, 6144}); p != nil || err != nil {
 		t.Errorf("a layer past n_layers split: %v, %v", p, err)
 	}
-	if _, err := dbrx.Resolve(configOf(t, instruct("", `, "moe_normalize_expert_weights": null`))); err != nil {
+	if _, err := dbrx.Resolve(lmckpt.ParseConfig(t, instruct("", `, "moe_normalize_expert_weights": null`))); err != nil {
 		t.Errorf("moe_normalize_expert_weights null: %v", err)
-	} else if o, _ := dbrx.Resolve(configOf(t, instruct("", `, "moe_normalize_expert_weights": null`))); o.NormTopK {
+	} else if o, _ := dbrx.Resolve(lmckpt.ParseConfig(t, instruct("", `, "moe_normalize_expert_weights": null`))); o.NormTopK {
 		t.Error("moe_normalize_expert_weights null divides the weights")
 	}
 	for _, bad := range []struct {
@@ -170,12 +160,12 @@ func TestConfig(t *testing.T) {
 		js := instruct(bad.attn, bad.ffn)
 		js = strings.Replace(js, `"clip_qkv": 8, `, "", strings.Count(bad.attn, "clip_qkv"))
 		js = strings.Replace(js, `, "moe_top_k": 4`, "", strings.Count(bad.ffn, "moe_top_k"))
-		_, err := dbrx.Resolve(configOf(t, js))
+		_, err := dbrx.Resolve(lmckpt.ParseConfig(t, js))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") || errors.Is(err, errs.ErrUnsupported) != bad.unsupported {
 			t.Errorf("%s%s: error %v, want one naming config.json and %q (unsupported %v)", bad.attn, bad.ffn, err, bad.want, bad.unsupported)
 		}
 	}
-	if _, err := dbrx.Resolve(configOf(t, strings.Replace(instruct("", ""), `"tie_word_embeddings": false`, `"tie_word_embeddings": true`, 1))); err == nil ||
+	if _, err := dbrx.Resolve(lmckpt.ParseConfig(t, strings.Replace(instruct("", ""), `"tie_word_embeddings": false`, `"tie_word_embeddings": true`, 1))); err == nil ||
 		!strings.Contains(err.Error(), "tie_word_embeddings") {
 		t.Errorf("tied: %v", err)
 	}
@@ -220,7 +210,7 @@ func (s storedShapes) Shape(name string) ([]int, bool) { v, ok := s[name]; retur
 // TestStoredWeights: the tensors StoredWeights lists, split and renamed
 // as the loader reads them, are exactly the ones the model expects.
 func TestStoredWeights(t *testing.T) {
-	m, err := lm.New(configOf(t, instruct("", "")))
+	m, err := lm.New(lmckpt.ParseConfig(t, instruct("", "")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +252,7 @@ func TestHostileSizes(t *testing.T) {
 				js = strings.Replace(js, dup, "", 1)
 			}
 		}
-		if _, err := lm.New(configOf(t, js)); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := lm.New(lmckpt.ParseConfig(t, js)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one naming it", c.want, err)
 		}
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/deepseek"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -127,7 +126,7 @@ func TestSolarOpen(t *testing.T) {
 	}
 	moecheck.Run(t, "", l, rm, prompts, refcheck.GreedySequences(rm, prompts, 6), 6, 1e-4)
 
-	m, err := lm.New(configOf(t, `{"architectures": ["SolarOpenForCausalLM"], "first_k_dense_replace": 3, "use_qk_norm": true}`))
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["SolarOpenForCausalLM"], "first_k_dense_replace": 3, "use_qk_norm": true}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +146,7 @@ func TestSolarOpen(t *testing.T) {
 // reference without the post_mlp_layernorm on the sparse layers' MoE
 // output differs; the experts run in the graph only.
 func TestAXK1(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["AXK1ForCausalLM"]}`))
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["AXK1ForCausalLM"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,15 +460,6 @@ func prefill(t *testing.T, l *lm.Loaded) [][]float32 {
 	return out
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // TestConfig reads DeepSeek-V3's config.json (671B parameters without the
 // MTP layer; the latent cache of 576 a token and layer; the YaRN softmax
 // scale), DeepseekV3Config's defaults, and refuses bad values naming the
@@ -479,7 +469,7 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := lm.New(configOf(t, string(raw)))
+	m, err := lm.New(lmckpt.ParseConfig(t, string(raw)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,7 +504,7 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m32, err := lm.New(configOf(t, string(raw)))
+	m32, err := lm.New(lmckpt.ParseConfig(t, string(raw)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,7 +522,7 @@ func TestConfig(t *testing.T) {
 	// parameters, 39.9B active less the embedding and head, the card's
 	// 744B and 40B), its indexer's pairs; layers sharing another's choice
 	// refused by each of the three fields.
-	g5, err := deepseek.Resolve(configOf(t, `{"architectures": ["GlmMoeDsaForCausalLM"], "indexer_types": null}`))
+	g5, err := deepseek.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["GlmMoeDsaForCausalLM"], "indexer_types": null}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,18 +539,18 @@ func TestConfig(t *testing.T) {
 		{`"index_topk_pattern": ["full", "shared"]`, `index_topk_pattern[1] is "shared"`},
 		{`"index_topk_freq": 4`, "index_topk_freq 4"},
 	} {
-		_, err := deepseek.Resolve(configOf(t, `{"architectures": ["GlmMoeDsaForCausalLM"], `+bad.js+`}`))
+		_, err := deepseek.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["GlmMoeDsaForCausalLM"], `+bad.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !errors.Is(err, errs.ErrUnsupported) {
 			t.Errorf("%s: error %v, want %q", bad.js, err, bad.want)
 		}
 	}
 	// indexer_types wins over the pattern and the frequency, as in
 	// GlmMoeDsaConfig; it must have an entry a layer.
-	if _, err := deepseek.Resolve(configOf(t, `{"architectures": ["GlmMoeDsaForCausalLM"], "num_hidden_layers": 2,
+	if _, err := deepseek.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["GlmMoeDsaForCausalLM"], "num_hidden_layers": 2,
 		"indexer_types": ["full", "full"], "index_topk_pattern": "FS", "index_topk_freq": 2}`)); err != nil {
 		t.Errorf("indexer_types all full over a sharing pattern: %v", err)
 	}
-	if _, err := deepseek.Resolve(configOf(t, `{"architectures": ["GlmMoeDsaForCausalLM"], "num_hidden_layers": 3,
+	if _, err := deepseek.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["GlmMoeDsaForCausalLM"], "num_hidden_layers": 3,
 		"indexer_types": ["full"]}`)); err == nil || !strings.Contains(err.Error(), "indexer_types has 1 entries for 3 layers") {
 		t.Errorf("a short indexer_types: %v", err)
 	}
@@ -569,13 +559,13 @@ func TestConfig(t *testing.T) {
 		{`"index_topk": 0`, "index_topk 0"},
 		{`"index_head_dim": 32`, "index_head_dim 32"},
 	} {
-		_, err := deepseek.Resolve(configOf(t, `{"architectures": ["DeepseekV32ForCausalLM"], `+bad.js+`}`))
+		_, err := deepseek.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["DeepseekV32ForCausalLM"], `+bad.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: error %v, want %q", bad.js, err, bad.want)
 		}
 	}
 
-	d, err := deepseek.Resolve(configOf(t, `{"architectures": ["DeepseekV3ForCausalLM"], "q_lora_rank": null}`))
+	d, err := deepseek.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["DeepseekV3ForCausalLM"], "q_lora_rank": null}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -584,7 +574,7 @@ func TestConfig(t *testing.T) {
 		math.Abs(d.Scale-1/math.Sqrt(192)) > 1e-12 {
 		t.Errorf("defaults with q_lora_rank null: %+v", d)
 	}
-	g, err := deepseek.Resolve(configOf(t, `{"architectures": ["Glm4MoeLiteForCausalLM"], "first_k_dense_replace": 3}`))
+	g, err := deepseek.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["Glm4MoeLiteForCausalLM"], "first_k_dense_replace": 3}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -597,7 +587,7 @@ func TestConfig(t *testing.T) {
 		{`"num_hidden_layers": 2, "mlp_layer_types": ["dense"]`, "mlp_layer_types has 1 entries for 2 layers"},
 		{`"num_hidden_layers": 2, "mlp_layer_types": ["dense", "moe"]`, `mlp_layer_types[1] is "moe"`},
 	} {
-		_, err := deepseek.Resolve(configOf(t, `{"architectures": ["Glm4MoeLiteForCausalLM"], `+bad.js+`}`))
+		_, err := deepseek.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["Glm4MoeLiteForCausalLM"], `+bad.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: error %v, want %q", bad.js, err, bad.want)
 		}
@@ -614,7 +604,7 @@ func TestConfig(t *testing.T) {
 		{`"moe_layer_freq": 2`, "moe_layer_freq 2 is not supported"},
 		{`"n_routed_experts": 100000, "n_group": 1, "topk_group": 1`, "expert MLPs"},
 	} {
-		_, err := deepseek.Resolve(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		_, err := deepseek.Resolve(lmckpt.ParseConfig(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}
@@ -731,7 +721,7 @@ func TestConfigV2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := lm.New(configOf(t, string(raw)))
+	m, err := lm.New(lmckpt.ParseConfig(t, string(raw)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -756,7 +746,7 @@ func TestConfigV2(t *testing.T) {
 	"moe_intermediate_size": 1536, "num_hidden_layers": 60, "num_attention_heads": 128, "q_lora_rank": 1536, "n_routed_experts": 160,
 	"n_shared_experts": 2, "num_experts_per_tok": 6, "n_group": 8, "topk_group": 3, "topk_method": "group_limited_greedy",
 	"routed_scaling_factor": 16.0, "first_k_dense_replace": 1, "norm_topk_prob": false, "scoring_func": "softmax"}`
-	big, err := lm.New(configOf(t, v2))
+	big, err := lm.New(lmckpt.ParseConfig(t, v2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -765,7 +755,7 @@ func TestConfigV2(t *testing.T) {
 		t.Errorf("DeepSeek-V2: %d parameters (want 235.7B), options %+v", n, bo)
 	}
 
-	d, err := deepseek.Resolve(configOf(t, `{"architectures": ["DeepseekV2ForCausalLM"], "num_experts_per_tok": 6}`))
+	d, err := deepseek.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["DeepseekV2ForCausalLM"], "num_experts_per_tok": 6}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -784,13 +774,13 @@ func TestConfigV2(t *testing.T) {
 		{`"topk_method": "group_limited_greedy", "num_experts_per_tok": 2, "n_group": 3, "topk_group": 1`, "n_group 3 must divide n_routed_experts 8, topk_group"},
 		{`"topk_method": "group_limited_greedy", "num_experts_per_tok": 3, "n_group": 4, "topk_group": 1`, "hold num_experts_per_tok 3"},
 	} {
-		_, err := deepseek.Resolve(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		_, err := deepseek.Resolve(lmckpt.ParseConfig(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}
 	}
 	// Eight groups of one expert each are fine for V2's max rule.
-	if _, err := deepseek.Resolve(configOf(t, fmt.Sprintf(`{%s, "topk_method": "group_limited_greedy", "num_experts_per_tok": 2, "n_group": 8, "topk_group": 2}`, base))); err != nil {
+	if _, err := deepseek.Resolve(lmckpt.ParseConfig(t, fmt.Sprintf(`{%s, "topk_method": "group_limited_greedy", "num_experts_per_tok": 2, "n_group": 8, "topk_group": 2}`, base))); err != nil {
 		t.Error(err)
 	}
 }

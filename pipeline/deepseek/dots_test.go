@@ -81,7 +81,7 @@ func TestDotsLogitsMatchReference(t *testing.T) {
 // leaves unset), dots.llm1's sizes (142B), the sliding layers from
 // max_window_layers, and refuses what the class cannot be.
 func TestDotsConfig(t *testing.T) {
-	d, err := deepseek.Resolve(configOf(t, `{"architectures": ["Dots1ForCausalLM"], "n_routed_experts": 128, "num_experts_per_tok": 6, "n_shared_experts": 2}`))
+	d, err := deepseek.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["Dots1ForCausalLM"], "n_routed_experts": 128, "num_experts_per_tok": 6, "n_shared_experts": 2}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestDotsConfig(t *testing.T) {
 	}
 	// dots.llm1: hidden 4096, 62 layers, 32 heads of 128, 128 experts of
 	// 1408, top 6, 2 shared, the first layer dense.
-	m, err := lm.New(configOf(t, `{"architectures": ["Dots1ForCausalLM"], "hidden_size": 4096, "intermediate_size": 10944,
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Dots1ForCausalLM"], "hidden_size": 4096, "intermediate_size": 10944,
 		"num_hidden_layers": 62, "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "n_routed_experts": 128,
 		"num_experts_per_tok": 6, "n_shared_experts": 2, "first_k_dense_replace": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
 		"sliding_window": null, "vocab_size": 152064}`))
@@ -105,7 +105,7 @@ func TestDotsConfig(t *testing.T) {
 	// The release's router fields (scoring_func "noaux_tc", null groups),
 	// which transformers does not read, and a null window with
 	// max_window_layers 1: no sliding layers.
-	r, err := deepseek.Resolve(configOf(t, `{"architectures": ["Dots1ForCausalLM"], "num_hidden_layers": 3, "hidden_size": 64,
+	r, err := deepseek.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["Dots1ForCausalLM"], "num_hidden_layers": 3, "hidden_size": 64,
 		"num_attention_heads": 4, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "scoring_func": "noaux_tc",
 		"topk_method": "noaux_tc", "n_group": null, "topk_group": null, "sliding_window": null, "max_window_layers": 1}`))
 	if err != nil {
@@ -114,7 +114,7 @@ func TestDotsConfig(t *testing.T) {
 	if r.Groups != 1 || r.TopKGroup != 1 || r.Spec.SlidingWindow != 0 || fmt.Sprint(r.Spec.LayerKinds) != "[full_attention full_attention full_attention]" {
 		t.Errorf("release-shaped config: %+v", r)
 	}
-	w, err := deepseek.Resolve(configOf(t, `{"architectures": ["Dots1ForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+	w, err := deepseek.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["Dots1ForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
 		"n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "sliding_window": 16, "max_window_layers": 2}`))
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestDotsConfig(t *testing.T) {
 		{`"n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "partial_rotary_factor": 0.5`, "partial rotary"},
 		{`"n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1, "layer_types": ["full_attention", "sliding_attention"], "sliding_window": null`, "no sliding_window"},
 	} {
-		_, err := deepseek.Resolve(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		_, err := deepseek.Resolve(lmckpt.ParseConfig(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}

@@ -82,7 +82,7 @@ func TestGlm4vMoeText(t *testing.T) {
 	text["rope_scaling"] = map[string]any{"rope_type": "default", "mrope_section": []int{1, 1, 2}, "rope_theta": theta}
 	text["partial_rotary_factor"] = factor
 	text["use_qk_norm"] = true // not a Glm4vMoeTextConfig field: not read
-	m, err := lm.New(configOf(t, mustJSON(t, cfg)))
+	m, err := lm.New(lmckpt.ParseConfig(t, mustJSON(t, cfg)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestGlm4vMoeText(t *testing.T) {
 	}
 	delete(text, "rope_scaling")
 	text["rope_parameters"] = map[string]any{"rope_type": "yarn", "factor": 2.0, "rope_theta": theta}
-	if _, err := lm.New(configOf(t, mustJSON(t, cfg))); !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), `type "yarn"`) {
+	if _, err := lm.New(lmckpt.ParseConfig(t, mustJSON(t, cfg))); !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), `type "yarn"`) {
 		t.Errorf("a yarn rotary: %v", err)
 	}
 }

@@ -88,7 +88,7 @@ func TestGLMConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := lm.New(configOf(t, string(raw)))
+	m, err := lm.New(lmckpt.ParseConfig(t, string(raw)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestGLMConfig(t *testing.T) {
 		{`, "partial_rotary_factor": 1.0`, 128},
 		{`, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000, "partial_rotary_factor": 0.25}`, 32},
 	} {
-		d, err := deepseek.Resolve(configOf(t, `{"architectures": ["Glm4MoeForCausalLM"], "head_dim": 128`+c.js+`}`))
+		d, err := deepseek.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["Glm4MoeForCausalLM"], "head_dim": 128`+c.js+`}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestGLMConfig(t *testing.T) {
 			t.Errorf("defaults%s: %+v (rotary dim %d, want %d)", c.js, d, d.Rope.RotaryDim, c.rot)
 		}
 	}
-	q, err := deepseek.Resolve(configOf(t, `{"architectures": ["Glm4MoeForCausalLM"], "head_dim": 128, "use_qk_norm": true, "attention_bias": false, "first_k_dense_replace": 3}`))
+	q, err := deepseek.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["Glm4MoeForCausalLM"], "head_dim": 128, "use_qk_norm": true, "attention_bias": false, "first_k_dense_replace": 3}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestGLMConfig(t *testing.T) {
 		{`"partial_rotary_factor": 0.1`, "rotary dim"},
 		{`"first_k_dense_replace": -1`, "first_k_dense_replace must not be negative"},
 	} {
-		_, err := deepseek.Resolve(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		_, err := deepseek.Resolve(lmckpt.ParseConfig(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}

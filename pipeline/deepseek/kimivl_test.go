@@ -76,11 +76,11 @@ func TestKimiVLText(t *testing.T) {
 		}
 	}
 	text["model_type"] = "qwen2"
-	if _, err := lm.New(configOf(t, mustJSON(t, cfg))); !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), `model_type "qwen2"`) {
+	if _, err := lm.New(lmckpt.ParseConfig(t, mustJSON(t, cfg))); !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), `model_type "qwen2"`) {
 		t.Errorf("a qwen2 text_config: %v", err)
 	}
 	delete(cfg, "text_config")
-	if _, err := lm.New(configOf(t, mustJSON(t, cfg))); err == nil || !strings.Contains(err.Error(), "text_config") {
+	if _, err := lm.New(lmckpt.ParseConfig(t, mustJSON(t, cfg))); err == nil || !strings.Contains(err.Error(), "text_config") {
 		t.Errorf("no text_config: %v", err)
 	}
 }

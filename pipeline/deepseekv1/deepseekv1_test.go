@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/deepseekv1"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
@@ -68,15 +67,6 @@ func TestSwitchesMatter(t *testing.T) {
 		refcheck.Mutant{Name: "no shared experts", Logits: unshared.Logits})
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // moe16b is deepseek-ai/deepseek-moe-16b-base's config.json.
 func moe16b(extra string) string {
 	return `{"architectures": ["DeepseekForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "aux_loss_alpha": 0.001,
@@ -92,7 +82,7 @@ func moe16b(extra string) string {
 // parameters, the card's 16.4B; 2,828,650,496 active a token, its 2.8B)
 // and refuses what it cannot run, naming the field.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, moe16b("")))
+	m, err := lm.New(lmckpt.ParseConfig(t, moe16b("")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,12 +106,12 @@ func TestConfig(t *testing.T) {
 	}
 	// MoEGate divides only when it takes more than one: with one expert
 	// its softmax weight stays, norm_topk_prob or not.
-	one, err := deepseekv1.Resolve(configOf(t, strings.Replace(strings.Replace(moe16b(""), `"num_experts_per_tok": 6`, `"num_experts_per_tok": 1`, 1),
+	one, err := deepseekv1.Resolve(lmckpt.ParseConfig(t, strings.Replace(strings.Replace(moe16b(""), `"num_experts_per_tok": 6`, `"num_experts_per_tok": 1`, 1),
 		`"norm_topk_prob": false`, `"norm_topk_prob": true`, 1)))
 	if err != nil || one.NormTopK {
 		t.Errorf("one expert with norm_topk_prob: NormTopK %v, %v", one.NormTopK, err)
 	}
-	dense, err := deepseekv1.Resolve(configOf(t, strings.Replace(moe16b(""), `"n_routed_experts": 64`, `"n_routed_experts": null`, 1)))
+	dense, err := deepseekv1.Resolve(lmckpt.ParseConfig(t, strings.Replace(moe16b(""), `"n_routed_experts": 64`, `"n_routed_experts": null`, 1)))
 	if err != nil || dense.Experts != 0 {
 		t.Errorf("n_routed_experts null: %+v, %v", dense.Experts, err)
 	}
@@ -136,7 +126,7 @@ func TestConfig(t *testing.T) {
 				js = strings.Replace(js, key, "", 1)
 			}
 		}
-		_, err := deepseekv1.Resolve(configOf(t, strings.TrimSuffix(js, "}")+bad.extra+"}"))
+		_, err := deepseekv1.Resolve(lmckpt.ParseConfig(t, strings.TrimSuffix(js, "}")+bad.extra+"}"))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.extra, err, bad.want)
 		}

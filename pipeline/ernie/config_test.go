@@ -5,20 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/ernie"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
-
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // TestConfig reads Ernie4_5_MoeConfig's defaults (ERNIE-4.5-21B-A3B's
 // sizes: 21.8B parameters, the first layer dense, tied), the
@@ -26,7 +16,7 @@ func configOf(t *testing.T, js string) *config.File {
 // first), the sparse layers' placement by start, end and interval, and
 // refuses bad values naming the field.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["Ernie4_5_MoeForCausalLM"]}`))
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Ernie4_5_MoeForCausalLM"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +36,7 @@ func TestConfig(t *testing.T) {
 	if fmt.Sprint(bias.Shape) != "[1 64]" || !bias.F32 {
 		t.Errorf("correction bias %+v, want [1 64] held in f32", bias)
 	}
-	big, err := lm.New(configOf(t, `{"architectures": ["Ernie4_5_MoeForCausalLM"], "hidden_size": 8192, "intermediate_size": 28672,
+	big, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Ernie4_5_MoeForCausalLM"], "hidden_size": 8192, "intermediate_size": 28672,
 		"num_hidden_layers": 54, "num_attention_heads": 64, "num_key_value_heads": 8, "moe_num_experts": 64, "moe_k": 8,
 		"moe_intermediate_size": 3584, "moe_num_shared_experts": 0, "moe_layer_start_index": 3, "tie_word_embeddings": false}`))
 	if err != nil {
@@ -64,7 +54,7 @@ func TestConfig(t *testing.T) {
 		{`"moe_layer_start_index": 0, "moe_layer_interval": 2`, "0101"},
 		{`"moe_layer_start_index": 2, "moe_layer_interval": 2, "moe_layer_end_index": -1`, "0001"},
 	} {
-		m, err := lm.New(configOf(t, `{"architectures": ["Ernie4_5_MoeForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64,
+		m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Ernie4_5_MoeForCausalLM"], "num_hidden_layers": 4, "hidden_size": 64,
 			"num_attention_heads": 4, "num_key_value_heads": 2, "moe_num_experts": 8, "moe_k": 2, `+c.js+`}`))
 		if err != nil {
 			t.Fatal(err)
@@ -87,7 +77,7 @@ func TestConfig(t *testing.T) {
 		{`"moe_layer_interval": 0`, "moe_layer_interval 0 must be positive"},
 		{`"partial_rotary_factor": 0.5`, "partial rotary embedding"},
 	} {
-		_, err := ernie.Resolve(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		_, err := ernie.Resolve(lmckpt.ParseConfig(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}

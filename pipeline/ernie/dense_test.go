@@ -19,7 +19,7 @@ import (
 // heads and hidden/heads when null); use_bias puts a bias on all seven
 // projections; the rotary turns adjacent pairs in float32.
 func TestDenseConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["Ernie4_5ForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "head_dim": 128,
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Ernie4_5ForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "head_dim": 128,
 		"hidden_act": "silu", "hidden_size": 1024, "intermediate_size": 3072, "max_position_embeddings": 131072, "model_type": "ernie4_5",
 		"num_attention_heads": 16, "num_hidden_layers": 18, "num_key_value_heads": 2, "pad_token_id": 0, "rms_norm_eps": 1e-05,
 		"rope_theta": 500000, "tie_word_embeddings": true, "torch_dtype": "bfloat16", "use_bias": false, "vocab_size": 103424}`))
@@ -34,7 +34,7 @@ func TestDenseConfig(t *testing.T) {
 		t.Errorf("%d parameters, want 360,748,032", n)
 	}
 
-	d, err := ernie.ResolveDense(configOf(t, `{"architectures": ["Ernie4_5ForCausalLM"]}`))
+	d, err := ernie.ResolveDense(lmckpt.ParseConfig(t, `{"architectures": ["Ernie4_5ForCausalLM"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestDenseConfig(t *testing.T) {
 		fmt.Sprint(s.EOS) != "[2]" || math.Abs(d.Rope.InvFreq[1]/math.Pow(500000, -2.0/128)-1) > 1e-12 {
 		t.Errorf("Ernie4_5Config's defaults: %+v, rope %+v", s, d.Rope)
 	}
-	n, err := ernie.ResolveDense(configOf(t, `{"architectures": ["Ernie4_5ForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
+	n, err := ernie.ResolveDense(lmckpt.ParseConfig(t, `{"architectures": ["Ernie4_5ForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
 		"num_key_value_heads": null, "head_dim": null}`))
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func TestDenseConfig(t *testing.T) {
 		t.Errorf("null num_key_value_heads and head_dim: %d KV heads of %d, want 4 of 16", n.Spec.KVHeads, n.Spec.HeadDim)
 	}
 
-	b, err := ernie.ResolveDense(configOf(t, `{"architectures": ["Ernie4_5ForCausalLM"], "use_bias": true, "attention_bias": false}`))
+	b, err := ernie.ResolveDense(lmckpt.ParseConfig(t, `{"architectures": ["Ernie4_5ForCausalLM"], "use_bias": true, "attention_bias": false}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestDenseConfig(t *testing.T) {
 		t.Errorf("use_bias: q/k/v %v, o %v, MLP %v; want all", b.QKVBias, b.OBias, b.MLPBias)
 	}
 
-	_, err = ernie.ResolveDense(configOf(t, `{"architectures": ["Ernie4_5ForCausalLM"], "partial_rotary_factor": 0.5}`))
+	_, err = ernie.ResolveDense(lmckpt.ParseConfig(t, `{"architectures": ["Ernie4_5ForCausalLM"], "partial_rotary_factor": 0.5}`))
 	if err == nil || !strings.Contains(err.Error(), "partial rotary") {
 		t.Errorf("partial_rotary_factor 0.5: %v, want it refused", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/exaone"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -92,15 +91,6 @@ func TestLogitsMatchReference(t *testing.T) {
 	}
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // exaone35 is LGAI-EXAONE/EXAONE-3.5-2.4B-Instruct's config.json (the
 // auto_map and dropout fields left out).
 const exaone35 = `{"activation_function": "silu", "architectures": ["ExaoneForCausalLM"], "bos_token_id": 1, "eos_token_id": 361,
@@ -114,7 +104,7 @@ const exaone35 = `{"activation_function": "silu", "architectures": ["ExaoneForCa
 // parameters, the card's "2.4B"): ExaoneConfig's names, llama3's rope
 // scaling, the tied head; its renames.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, exaone35))
+	m, err := lm.New(lmckpt.ParseConfig(t, exaone35))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +136,7 @@ func TestConfig(t *testing.T) {
 	}
 	// intermediate_size null is 4 × hidden; a head_dim that disagrees
 	// with hidden / heads is refused.
-	o2, err := exaone.Resolve(configOf(t, `{"architectures": ["ExaoneForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
+	o2, err := exaone.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["ExaoneForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
 		"num_layers": 2, "head_dim": 16, "intermediate_size": null, "vocab_size": 100}`))
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +144,7 @@ func TestConfig(t *testing.T) {
 	if o2.Spec.HeadDim != 16 || o2.Spec.Intermediate != 256 || o2.Spec.Layers != 2 || !o2.Spec.TieEmbeddings {
 		t.Errorf("resolved %+v", o2.Spec)
 	}
-	if _, err := exaone.Resolve(configOf(t, `{"architectures": ["ExaoneForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
+	if _, err := exaone.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["ExaoneForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
 		"head_dim": 32}`)); err == nil || !strings.Contains(err.Error(), "head_dim 32") || !strings.Contains(err.Error(), "config.json") {
 		t.Errorf("head_dim 32 of 64 / 4: %v", err)
 	}

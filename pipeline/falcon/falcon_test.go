@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/falcon"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/falconref"
@@ -121,15 +120,6 @@ func TestAlibiScaled(t *testing.T) {
 		refcheck.Mutant{Name: "alibi after the scaling", Logits: bloomOrder.Logits})
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // falcon7b is tiiuae/falcon-7b's config.json (transformers' names).
 const falcon7b = `{"alibi": false, "apply_residual_connection_post_layernorm": false, "architectures": ["FalconForCausalLM"],
 	"attention_dropout": 0.0, "bias": false, "bos_token_id": 11, "eos_token_id": 11, "hidden_dropout": 0.0,
@@ -148,7 +138,7 @@ const falconRW1B = `{"alibi": true, "apply_residual_connection_post_layernorm": 
 // "7B" of its name) and a Falcon-40B-shaped one, and refuses what it
 // cannot run, naming the field.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, falcon7b))
+	m, err := lm.New(lmckpt.ParseConfig(t, falcon7b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +151,7 @@ func TestConfig(t *testing.T) {
 		o.QKVBias || o.MLPBias || !s.TieEmbeddings || o.Rope.RotaryDim != 64 || s.EOS[0] != 11 {
 		t.Errorf("spec %+v, options %+v", s, o)
 	}
-	m40, err := falcon.Resolve(configOf(t, `{"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 8192,
+	m40, err := falcon.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 8192,
 		"num_attention_heads": 128, "num_kv_heads": 8, "num_hidden_layers": 60, "new_decoder_architecture": true, "vocab_size": 65024}`))
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +161,7 @@ func TestConfig(t *testing.T) {
 	}
 	// Falcon-RW-1B (1,311,625,216 parameters): alibi, no rotary, the
 	// sequential block, a key/value head per head.
-	rw, err := lm.New(configOf(t, falconRW1B))
+	rw, err := lm.New(lmckpt.ParseConfig(t, falconRW1B))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +191,7 @@ func TestConfig(t *testing.T) {
 		{`"new_decoder_architecture": true, "parallel_attn": false`, "parallel_attn false"},
 		{`"new_decoder_architecture": true, "num_ln_in_parallel_attn": 3`, "num_ln_in_parallel_attn must be 1 or 2"},
 	} {
-		_, err := falcon.Resolve(configOf(t, `{"architectures": ["FalconForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, `+bad.js+`}`))
+		_, err := falcon.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["FalconForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, `+bad.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}

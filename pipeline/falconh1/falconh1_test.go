@@ -11,7 +11,6 @@ import (
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/falconh1"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/nn"
@@ -21,21 +20,12 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // TestConfig: FalconH1Config's defaults (128 mixer heads of 8 over
 // mamba_d_ssm 1024, state 256, no norm on the mixer, a KV cache and the
 // mixer's state on every layer); Python's Infinity in time_step_limit;
 // the refusals, each naming its field.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["FalconH1ForCausalLM"], "time_step_limit": [0.0, Infinity]}`))
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["FalconH1ForCausalLM"], "time_step_limit": [0.0, Infinity]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,12 +50,12 @@ func TestConfig(t *testing.T) {
 		{`"time_step_limit": [0.0, 0.0]`, "high > 0"},
 		{`"hidden_act": "gelu"`, "hidden_act"},
 	} {
-		_, err := lm.New(configOf(t, `{"architectures": ["FalconH1ForCausalLM"], `+c.js+`}`))
+		_, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["FalconH1ForCausalLM"], `+c.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error naming %q", c.js, err, c.want)
 		}
 	}
-	_, err = lm.New(configOf(t, `{"architectures": ["FalconH1ForCausalLM"], "partial_rotary_factor": 0.5}`))
+	_, err = lm.New(lmckpt.ParseConfig(t, `{"architectures": ["FalconH1ForCausalLM"], "partial_rotary_factor": 0.5}`))
 	if !errors.Is(err, errs.ErrUnsupported) {
 		t.Errorf("a partial rotary: %v, want ErrUnsupported", err)
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/compile"
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/gemma3n"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/gemma3nref"
@@ -93,21 +92,12 @@ func mutant(ref *gemma3nref.Model, set func(*gemma3nref.Model)) func([]int) [][]
 	return m.Logits
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // TestConfig: Gemma3nTextConfig's defaults (E4B: 35 layers, 4 sliding to
 // 1 full, the last 15 sharing layers 18 and 19's caches, the first 10
 // MLPs sparse, θ 1e6 and 1e4 over whole heads, the soft-cap 30), and the
 // refusals, each naming its field.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["Gemma3nForConditionalGeneration"], "model_type": "gemma3n", "text_config": {"model_type": "gemma3n_text"}}`))
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Gemma3nForConditionalGeneration"], "model_type": "gemma3n", "text_config": {"model_type": "gemma3n_text"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +123,7 @@ func TestConfig(t *testing.T) {
 	}
 	// rope_parameters by kind: a missing rope_theta is the legacy key's,
 	// a partial_rotary_factor not read; altup_coef_clip null: no clip.
-	m, err = lm.New(configOf(t, `{"architectures": ["Gemma3nForCausalLM"], "model_type": "gemma3n_text", "rope_local_base_freq": 500.0,
+	m, err = lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Gemma3nForCausalLM"], "model_type": "gemma3n_text", "rope_local_base_freq": 500.0,
 		"rope_parameters": {"sliding_attention": {"rope_type": "default", "partial_rotary_factor": 0.5}}, "altup_coef_clip": null}`))
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +134,7 @@ func TestConfig(t *testing.T) {
 	}
 	// num_kv_shared_layers past the layers: no sharing, as transformers'
 	// layer_idx >= first > 0.
-	m, err = lm.New(configOf(t, `{"architectures": ["Gemma3nForCausalLM"], "model_type": "gemma3n_text", "num_hidden_layers": 10}`))
+	m, err = lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Gemma3nForCausalLM"], "model_type": "gemma3n_text", "num_hidden_layers": 10}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +154,7 @@ func TestConfig(t *testing.T) {
 		{`"rope_theta": -1`, "rope_theta"},
 		{`"intermediate_size": "big"`, "intermediate_size: expected"},
 	} {
-		_, err := lm.New(configOf(t, `{"architectures": ["Gemma3nForCausalLM"], "model_type": "gemma3n_text", `+c.js+`}`))
+		_, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Gemma3nForCausalLM"], "model_type": "gemma3n_text", `+c.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error naming %q", c.js, err, c.want)
 		}

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/gpt2"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -48,15 +47,6 @@ func TestLogitsMatchReference(t *testing.T) {
 	}
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // gpt2Small is openai-community/gpt2's config.json.
 const gpt2Small = `{"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
 	"bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
@@ -68,7 +58,7 @@ const gpt2Small = `{"activation_function": "gelu_new", "architectures": ["GPT2LM
 // TestConfig reads GPT-2's config.json (124,439,808 parameters, the tied
 // head counted once) and refuses what it cannot run, naming the field.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, gpt2Small))
+	m, err := lm.New(lmckpt.ParseConfig(t, gpt2Small))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +127,7 @@ func TestConfig(t *testing.T) {
 	}
 	// Llama's names win over GPT-2's, as attribute_map sets them last;
 	// scale_attn_weights false scales by 1; no rope field is read.
-	o2, err := gpt2.Resolve(configOf(t, `{"architectures": ["GPT2LMHeadModel"], "n_embd": 4096, "hidden_size": 96, "n_head": 4,
+	o2, err := gpt2.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["GPT2LMHeadModel"], "n_embd": 4096, "hidden_size": 96, "n_head": 4,
 		"n_layer": 2, "n_inner": 100, "scale_attn_weights": false, "rope_scaling": {"rope_type": "bogus"}, "vocab_size": 100,
 		"max_position_embeddings": 64}`))
 	if err != nil {
@@ -154,7 +144,7 @@ func TestConfig(t *testing.T) {
 		{`"activation_function": "swish2"`, "hidden_act"},
 	} {
 		js := strings.Replace(gpt2Small, `"vocab_size": 50257}`, `"vocab_size": 50257, `+bad.js+`}`, 1)
-		_, err := gpt2.Resolve(configOf(t, js))
+		_, err := gpt2.Resolve(lmckpt.ParseConfig(t, js))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}
@@ -248,7 +238,7 @@ const starcoderBase1B = `{"activation_function": "gelu_pytorch_tanh", "architect
 // one key and value head, Linear matrices (none transposed), GPT-2's
 // names.
 func TestBigCodeConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, starcoderBase1B))
+	m, err := lm.New(lmckpt.ParseConfig(t, starcoderBase1B))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +262,7 @@ func TestBigCodeConfig(t *testing.T) {
 	}
 	// Without multi_query every head has its key and value, c_attn's rows
 	// by head; the defaults are GPTBigCodeConfig's.
-	mha, err := gpt2.ResolveBigCode(configOf(t, `{"architectures": ["GPTBigCodeForCausalLM"], "multi_query": false, "n_layer": 2}`))
+	mha, err := gpt2.ResolveBigCode(lmckpt.ParseConfig(t, `{"architectures": ["GPTBigCodeForCausalLM"], "multi_query": false, "n_layer": 2}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +270,7 @@ func TestBigCodeConfig(t *testing.T) {
 		t.Errorf("multi_query false: %+v", mha)
 	}
 	js := strings.Replace(starcoderBase1B, `"vocab_size": 49152}`, `"vocab_size": 49152, "add_cross_attention": true}`, 1)
-	if _, err := gpt2.ResolveBigCode(configOf(t, js)); err == nil || !strings.Contains(err.Error(), "add_cross_attention") {
+	if _, err := gpt2.ResolveBigCode(lmckpt.ParseConfig(t, js)); err == nil || !strings.Contains(err.Error(), "add_cross_attention") {
 		t.Errorf("add_cross_attention: %v", err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/gptj"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/gptjref"
@@ -49,15 +48,6 @@ func TestLogitsMatchReference(t *testing.T) {
 	}
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // gptj6b is EleutherAI/gpt-j-6b's config.json (its sizes; the task and
 // generation fields left out).
 const gptj6b = `{"activation_function": "gelu_new", "architectures": ["GPTJForCausalLM"], "attn_pdrop": 0.0,
@@ -70,7 +60,7 @@ const gptj6b = `{"activation_function": "gelu_new", "architectures": ["GPTJForCa
 // TestConfig reads GPT-J-6B's config.json (6,050,882,784 parameters, the
 // "6B" of its name) and refuses what it cannot run, naming the field.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, gptj6b))
+	m, err := lm.New(lmckpt.ParseConfig(t, gptj6b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +93,7 @@ func TestConfig(t *testing.T) {
 	// rotary keeps rotary_dim's dims exactly (30 of 88 does not survive a
 	// factor rounded back); Llama's names win over GPT-J's, as
 	// attribute_map sets them last; no rope field is read.
-	tied, err := gptj.Resolve(configOf(t, `{"architectures": ["GPTJForCausalLM"], "n_embd": 4096, "hidden_size": 352, "n_head": 4,
+	tied, err := gptj.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["GPTJForCausalLM"], "n_embd": 4096, "hidden_size": 352, "n_head": 4,
 		"n_layer": 2, "rotary_dim": 30, "tie_word_embeddings": true, "rope_theta": 500000, "vocab_size": 100}`))
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +109,7 @@ func TestConfig(t *testing.T) {
 		{`"activation_function": "swish2"`, "hidden_act"},
 	} {
 		js := strings.Replace(gptj6b, `"vocab_size": 50400}`, `"vocab_size": 50400, `+bad.js+`}`, 1)
-		_, err := gptj.Resolve(configOf(t, js))
+		_, err := gptj.Resolve(lmckpt.ParseConfig(t, js))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/gptneo"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/gptneoref"
@@ -38,15 +37,6 @@ func TestLogitsMatchReference(t *testing.T) {
 		refcheck.Mutant{Name: "the local layers attending in full", Logits: global.Logits})
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // gptNeo125M is EleutherAI/gpt-neo-125m's config.json (the summary
 // fields left out).
 const gptNeo125M = `{"activation_function": "gelu_new", "architectures": ["GPTNeoForCausalLM"], "attention_dropout": 0,
@@ -60,7 +50,7 @@ const gptNeo125M = `{"activation_function": "gelu_new", "architectures": ["GPTNe
 // the tied head counted once) and refuses what it cannot run, naming the
 // field.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, gptNeo125M))
+	m, err := lm.New(lmckpt.ParseConfig(t, gptNeo125M))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +85,7 @@ func TestConfig(t *testing.T) {
 		t.Error("masked_bias not skipped")
 	}
 	// Without attention_types, GPTNeoConfig's default: 24 layers.
-	if o24, err := gptneo.Resolve(configOf(t, `{"architectures": ["GPTNeoForCausalLM"], "num_layers": 24}`)); err != nil || o24.Spec.LayerKinds[23] != lm.KindSliding {
+	if o24, err := gptneo.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["GPTNeoForCausalLM"], "num_layers": 24}`)); err != nil || o24.Spec.LayerKinds[23] != lm.KindSliding {
 		t.Errorf("the default attention_types: %v", err)
 	}
 	for _, bad := range []struct{ js, want string }{
@@ -108,7 +98,7 @@ func TestConfig(t *testing.T) {
 		if bad.want == "window_size 0" {
 			js = strings.Replace(gptNeo125M, `"window_size": 256`, bad.js, 1)
 		}
-		_, err := gptneo.Resolve(configOf(t, js))
+		_, err := gptneo.Resolve(lmckpt.ParseConfig(t, js))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}

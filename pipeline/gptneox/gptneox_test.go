@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/gptneox"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -84,15 +83,6 @@ func TestSwitchesMatter(t *testing.T) {
 		refcheck.Mutant{Name: "the sequential residual", Logits: seq.Logits})
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // pythia410m is EleutherAI/pythia-410m's config.json.
 const pythia410m = `{"architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "gelu",
 	"hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 4096, "layer_norm_eps": 1e-05,
@@ -104,7 +94,7 @@ const pythia410m = `{"architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0,
 // "410m" of its name counting them so) and GPTNeoXConfig's defaults, v5's
 // rope_parameters, and the refusals.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, pythia410m))
+	m, err := lm.New(lmckpt.ParseConfig(t, pythia410m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +128,7 @@ func TestConfig(t *testing.T) {
 		}
 	}
 
-	d, err := gptneox.Resolve(configOf(t, `{"architectures": ["GPTNeoXForCausalLM"]}`))
+	d, err := gptneox.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["GPTNeoXForCausalLM"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +136,7 @@ func TestConfig(t *testing.T) {
 		t.Errorf("defaults: %+v", d)
 	}
 	// transformers v5 writes the rotary's fields into rope_parameters.
-	v5, err := gptneox.Resolve(configOf(t, `{"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 256, "num_attention_heads": 4,
+	v5, err := gptneox.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 256, "num_attention_heads": 4,
 		"rope_parameters": {"rope_type": "default", "rope_theta": 50000, "partial_rotary_factor": 0.5}, "use_parallel_residual": false, "attention_bias": false}`))
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +157,7 @@ func TestConfig(t *testing.T) {
 		{`"rope_theta": 50000, "rotary_emb_base": 20000, "rotary_pct": 0.5`, 20000, 8},
 		{`"num_key_value_heads": 2`, 10000, 4},
 	} {
-		n, err := gptneox.Resolve(configOf(t, `{"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, `+c.js+`}`))
+		n, err := gptneox.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, `+c.js+`}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +169,7 @@ func TestConfig(t *testing.T) {
 		{`"hidden_size": 66`, "not a multiple of num_attention_heads"},
 		{`"hidden_act": "swish2"`, "hidden_act"},
 	} {
-		_, err := gptneox.Resolve(configOf(t, `{"architectures": ["GPTNeoXForCausalLM"], "num_attention_heads": 16, `+bad.js+`}`))
+		_, err := gptneox.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["GPTNeoXForCausalLM"], "num_attention_heads": 16, `+bad.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}

@@ -147,11 +147,7 @@ func configOf(t *testing.T, j map[string]any) *config.File {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.ParseModel(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return lmckpt.ParseConfig(t, string(b))
 }
 
 // TestMXFP4Dequantised checks the loader's MXFP4 and transposed reads

@@ -5,27 +5,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/granite"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
-
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // TestConfig reads granite-3.1-3b-a800m's sizes (3.3B parameters, 40
 // experts of 512, top 8, the four multipliers), granite-3.1-8b's (8.2B,
 // dense), the classes' defaults (every multiplier 1), GraniteMoe's names
 // renamed to qwen3moe's, and refuses bad values naming the field.
 func TestConfig(t *testing.T) {
-	moe, err := lm.New(configOf(t, `{"architectures": ["GraniteMoeForCausalLM"], "hidden_size": 1536, "num_hidden_layers": 32,
+	moe, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["GraniteMoeForCausalLM"], "hidden_size": 1536, "num_hidden_layers": 32,
 		"num_attention_heads": 24, "num_key_value_heads": 8, "intermediate_size": 512, "num_local_experts": 40, "num_experts_per_tok": 8,
 		"vocab_size": 49155, "tie_word_embeddings": true, "embedding_multiplier": 12, "attention_multiplier": 0.015625,
 		"residual_multiplier": 0.22, "logits_scaling": 6, "bos_token_id": 0, "eos_token_id": 0}`))
@@ -51,7 +41,7 @@ func TestConfig(t *testing.T) {
 			t.Errorf("%s read as %s, want %s", stored, got, want)
 		}
 	}
-	dense, err := lm.New(configOf(t, `{"architectures": ["GraniteForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 40,
+	dense, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["GraniteForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 40,
 		"num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 12800, "vocab_size": 49155, "tie_word_embeddings": true,
 		"embedding_multiplier": 12, "attention_multiplier": 0.0078125, "residual_multiplier": 0.22, "logits_scaling": 16}`))
 	if err != nil {
@@ -60,7 +50,7 @@ func TestConfig(t *testing.T) {
 	if n := lmckpt.Params(dense); n/1e8 != 81 {
 		t.Errorf("granite-3.1-8b: %d parameters, want 8.1B", n)
 	}
-	d, _, err := granite.Resolve(configOf(t, `{"architectures": ["GraniteForCausalLM"]}`))
+	d, _, err := granite.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["GraniteForCausalLM"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +66,7 @@ func TestConfig(t *testing.T) {
 		{`"mlp_bias": true`, "mlp_bias is true"},
 		{`"layer_types": ["full_attention", "sliding_attention"], "sliding_window": 4`, "attend in full"},
 	} {
-		_, _, err := granite.Resolve(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		_, _, err := granite.Resolve(lmckpt.ParseConfig(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}
@@ -90,7 +80,7 @@ func TestConfig(t *testing.T) {
 // whatever position_embedding_type says (the class hard-codes "rope"),
 // and refuses bad values naming the field.
 func TestMoeSharedConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["GraniteMoeSharedForCausalLM"]}`))
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["GraniteMoeSharedForCausalLM"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +97,7 @@ func TestMoeSharedConfig(t *testing.T) {
 			t.Errorf("weight %s without shared_intermediate_size", w.Name)
 		}
 	}
-	s, err := granite.ResolveShared(configOf(t, `{"architectures": ["GraniteMoeSharedForCausalLM"], "num_hidden_layers": 2, "hidden_size": 64,
+	s, err := granite.ResolveShared(lmckpt.ParseConfig(t, `{"architectures": ["GraniteMoeSharedForCausalLM"], "num_hidden_layers": 2, "hidden_size": 64,
 		"num_attention_heads": 4, "intermediate_size": 32, "shared_intermediate_size": 48, "position_embedding_type": "nope",
 		"residual_multiplier": 0.5}`))
 	if err != nil {
@@ -134,7 +124,7 @@ func TestMoeSharedConfig(t *testing.T) {
 		{`"attention_multiplier": 0`, "attention_multiplier must be positive"},
 		{`"layer_types": ["full_attention", "sliding_attention"], "sliding_window": 4`, "attend in full"},
 	} {
-		_, err := granite.ResolveShared(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		_, err := granite.ResolveShared(lmckpt.ParseConfig(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}

@@ -8,20 +8,11 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/internal/errs"
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/granite"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/nn"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
-
-func parseConfig(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // TestHybridTinyConfig reads granite-4.0-h-tiny's config.json: 36
 // Mamba-2 layers and 4 attention layers without a positional embedding,
@@ -32,7 +23,7 @@ func TestHybridTinyConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := lm.New(parseConfig(t, string(raw)))
+	m, err := lm.New(lmckpt.ParseConfig(t, string(raw)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +90,7 @@ func TestHybridConfigErrors(t *testing.T) {
 		{`"residual_multiplier": -1`, "residual_multiplier", false},
 		{`"hidden_act": "gelu"`, "hidden_act", true},
 	} {
-		_, err := lm.New(parseConfig(t, "{"+base+", "+c.extra+"}"))
+		_, err := lm.New(lmckpt.ParseConfig(t, "{"+base+", "+c.extra+"}"))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one naming %q", c.extra, err, c.want)
 			continue
@@ -110,7 +101,7 @@ func TestHybridConfigErrors(t *testing.T) {
 	}
 	// Absent layer_types: every layer is Mamba-2 (transformers'
 	// layers_block_type); num_local_experts 0: the shared MLP alone.
-	m, err := lm.New(parseConfig(t, "{"+base+`, "num_local_experts": 0, "num_experts_per_tok": 0}`))
+	m, err := lm.New(lmckpt.ParseConfig(t, "{"+base+`, "num_local_experts": 0, "num_experts_per_tok": 0}`))
 	if err != nil {
 		t.Fatal(err)
 	}

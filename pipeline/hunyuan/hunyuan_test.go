@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/internal/errs"
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
 	_ "github.com/tputool/tputool/pipeline/hunyuan"
 	"github.com/tputool/tputool/pipeline/llama"
@@ -20,15 +19,6 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/moecheck"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
-
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // a13b is Hunyuan-A13B-Instruct's shape as its model card and config
 // give it: 32 layers, hidden 4096, 32 heads of 128 over 8 KV heads, 64
@@ -49,7 +39,7 @@ const a13b = `{"architectures": ["HunYuanMoEV1ForCausalLM"], "model_type": "huny
 // parameters of which 12.7B are active a token (the card's 80B and
 // 13B); the alpha rotary's base; the refusals, each naming its field.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["HunYuanDenseV1ForCausalLM"]}`))
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["HunYuanDenseV1ForCausalLM"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +49,7 @@ func TestConfig(t *testing.T) {
 		t.Errorf("dense defaults: spec %+v, options %+v", s, o)
 	}
 
-	m, err = lm.New(configOf(t, a13b))
+	m, err = lm.New(lmckpt.ParseConfig(t, a13b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +103,7 @@ func TestConfig(t *testing.T) {
 		}
 		maps.Copy(base, edit)
 		js, _ := json.Marshal(base)
-		_, err := lm.New(configOf(t, string(js)))
+		_, err := lm.New(lmckpt.ParseConfig(t, string(js)))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error naming %q", c.js, err, c.want)
 		}

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/jamba"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/nn"
@@ -14,20 +13,11 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // TestConfig: JambaConfig's defaults (Jamba-v0.1: 32 layers, attention at
 // 4, 12, 20 and 28, experts on every odd layer; 51,570,323,328
 // parameters, the card's 52B); the refusals.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["JambaForCausalLM"]}`))
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["JambaForCausalLM"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +45,7 @@ func TestConfig(t *testing.T) {
 		{`"mamba_dt_rank": "wide"`, "mamba_dt_rank"},
 		{`"hidden_act": "gelu"`, "hidden_act"},
 	} {
-		_, err := lm.New(configOf(t, `{"architectures": ["JambaForCausalLM"], `+c.js+`}`))
+		_, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["JambaForCausalLM"], `+c.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error naming %q", c.js, err, c.want)
 		}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/tputool/tputool/compile"
 	"github.com/tputool/tputool/internal/errs"
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/kimilinear"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/nn"
@@ -143,15 +142,6 @@ func TestChunkedMatchesRecurrent(t *testing.T) {
 	}
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // release is a config of Kimi-Linear-48B-A3B-Instruct's sizes.
 func release(extra string) string {
 	return `{"architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear", "hidden_size": 2304,
@@ -172,7 +162,7 @@ func release(extra string) string {
 // total, 3B activated"), and refuses what it cannot run, naming the
 // field.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, release("")))
+	m, err := lm.New(lmckpt.ParseConfig(t, release("")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,16 +195,16 @@ func TestConfig(t *testing.T) {
 	}
 	// One expert a token is never divided; no linear_attn_config is MLA
 	// throughout; no num_experts is dense throughout.
-	one, err := kimilinear.Resolve(configOf(t, release(`, "num_experts_per_token": 1`)))
+	one, err := kimilinear.Resolve(lmckpt.ParseConfig(t, release(`, "num_experts_per_token": 1`)))
 	if err != nil || one.NormTopK {
 		t.Errorf("top 1: %+v, %v", one.Options, err)
 	}
 	// A null moe_renormalize is false in KimiMoEGate (top_k > 1 and None).
-	if n, err := kimilinear.Resolve(configOf(t, strings.Replace(release(""), `"moe_renormalize": true`, `"moe_renormalize": null`, 1))); err != nil || n.NormTopK {
+	if n, err := kimilinear.Resolve(lmckpt.ParseConfig(t, strings.Replace(release(""), `"moe_renormalize": true`, `"moe_renormalize": null`, 1))); err != nil || n.NormTopK {
 		t.Errorf("moe_renormalize null: %+v, %v", n.Options, err)
 	}
 	js := strings.Replace(release(""), `"num_experts": 256, `, "", 1)
-	if d, err := kimilinear.Resolve(configOf(t, js)); err != nil || d.Sparse[1] {
+	if d, err := kimilinear.Resolve(lmckpt.ParseConfig(t, js)); err != nil || d.Sparse[1] {
 		t.Errorf("without num_experts: %+v, %v", d.Options, err)
 	}
 	if k, ok := m.(lm.Skipper); !ok {
@@ -246,7 +236,7 @@ func TestConfig(t *testing.T) {
 	} {
 		// A key given twice: the later value wins in encoding/json, as
 		// in Python's json.
-		_, err := kimilinear.Resolve(configOf(t, release(bad.extra)))
+		_, err := kimilinear.Resolve(lmckpt.ParseConfig(t, release(bad.extra)))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") || errors.Is(err, errs.ErrUnsupported) != bad.unsupported {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.extra, err, bad.want)
 		}

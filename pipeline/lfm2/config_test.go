@@ -10,20 +10,11 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/internal/errs"
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/lfm2"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/nn"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
-
-func parseConfig(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 func realModel(t *testing.T, name string) *lfm2.Model {
 	t.Helper()
@@ -31,7 +22,7 @@ func realModel(t *testing.T, name string) *lfm2.Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := lm.New(parseConfig(t, string(raw)))
+	m, err := lm.New(lmckpt.ParseConfig(t, string(raw)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +138,7 @@ func TestConfigReadings(t *testing.T) {
 		{"rope_parameters", `, "rope_parameters": {"rope_type": "default", "rope_theta": 3e6}`, 8192, []int{0, 1, 2}, true, 3e6},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			o, err := lfm2.Resolve(parseConfig(t, "{"+base+c.extra+"}"))
+			o, err := lfm2.Resolve(lmckpt.ParseConfig(t, "{"+base+c.extra+"}"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -198,7 +189,7 @@ func TestConfigErrors(t *testing.T) {
 		{"{" + moe + `, "layer_types": ["conv", "conv", "full_attention"], "num_dense_layers": 4}`, "num_dense_layers 4", false},
 		{"{" + moe + `, "layer_types": ["conv", "conv", "full_attention"], "hidden_act": "swishy"}`, `hidden_act "swishy"`, true},
 	} {
-		_, err := lm.New(parseConfig(t, c.js))
+		_, err := lm.New(lmckpt.ParseConfig(t, c.js))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one containing %q", c.js, err, c.want)
 			continue
@@ -213,7 +204,7 @@ func TestConfigErrors(t *testing.T) {
 // reads it (getattr(config, "head_dim", hidden/heads)), even where it is
 // not hidden/heads.
 func TestHeadDim(t *testing.T) {
-	o, err := lfm2.Resolve(parseConfig(t, `{"architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24, "num_hidden_layers": 2, "vocab_size": 50}`))
+	o, err := lfm2.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24, "num_hidden_layers": 2, "vocab_size": 50}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/compile"
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/lfm2"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -133,11 +132,11 @@ func vlLayouts(t *testing.T, c lfm2ref.LFM2) {
 // tie_embedding, whatever its own tie_word_embeddings says (as
 // Lfm2VlConfig reads them).
 func TestVLConfig(t *testing.T) {
-	_, err := lm.New(parse(t, `{"architectures": ["Lfm2VlForConditionalGeneration"]}`))
+	_, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Lfm2VlForConditionalGeneration"]}`))
 	if err == nil || !strings.Contains(err.Error(), "text_config") {
 		t.Errorf("no text_config: %v, want an error naming it", err)
 	}
-	m, err := lm.New(parse(t, `{"architectures": ["Lfm2VlForConditionalGeneration"], "tie_word_embeddings": false,
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Lfm2VlForConditionalGeneration"], "tie_word_embeddings": false,
 		"text_config": {"model_type": "lfm2", "tie_word_embeddings": true, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "layer_types": ["conv", "full_attention"]}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -145,13 +144,4 @@ func TestVLConfig(t *testing.T) {
 	if m.Spec().TieEmbeddings || m.Spec().Hidden != 64 {
 		t.Errorf("spec %+v: want hidden 64, untied as the wrapper says", m.Spec())
 	}
-}
-
-func parse(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
 }

@@ -8,19 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama4"
 	"github.com/tputool/tputool/pipeline/lm"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
-
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // counts returns a model's parameters, in all and active per token (each
 // sparse layer's experts counted TopK/Experts).
@@ -49,7 +40,7 @@ func TestScoutConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := lm.New(configOf(t, string(raw)))
+	m, err := lm.New(lmckpt.ParseConfig(t, string(raw)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +92,7 @@ func TestScoutConfig(t *testing.T) {
 // other layer, dense layers of 16384 between, no q/k norms, no rope
 // scaling): 400B parameters, 17B active.
 func TestMaverickShape(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
 		"text_config": {"model_type": "llama4_text", "num_local_experts": 128, "interleave_moe_layer_step": 2,
 		"use_qk_norm": false, "rope_scaling": null, "attn_temperature_tuning": 4, "max_position_embeddings": 1048576}}`))
 	if err != nil {
@@ -136,7 +127,7 @@ func TestConfigErrors(t *testing.T) {
 		{`"floor_scale": 0`, "floor_scale must be positive"},
 		{`"layer_types": ["full_attention", "sliding_attention", "full_attention", "full_attention"]`, "layer_types"},
 	} {
-		_, err := llama4.Resolve(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		_, err := llama4.Resolve(lmckpt.ParseConfig(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}
@@ -149,7 +140,7 @@ func TestConfigErrors(t *testing.T) {
 		{`"tie_word_embeddings": true`, `"model_type": "llama4_text"`, true},   // the wrapper's when it has none
 		{`"model_type": "llama4"`, `"model_type": "llama4_text"`, false},
 	} {
-		o, err := llama4.Resolve(configOf(t, fmt.Sprintf(`{"architectures": ["Llama4ForConditionalGeneration"], %s, "text_config": {%s}}`, c.wrapper, c.text)))
+		o, err := llama4.Resolve(lmckpt.ParseConfig(t, fmt.Sprintf(`{"architectures": ["Llama4ForConditionalGeneration"], %s, "text_config": {%s}}`, c.wrapper, c.text)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +150,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 	// Explicit nulls take __post_init__'s values, absent fields the
 	// defaults; a longer no_rope_layers is read for the model's layers.
-	o, err := llama4.Resolve(configOf(t, `{"architectures": ["Llama4ForCausalLM"], "num_key_value_heads": null, "head_dim": null,
+	o, err := llama4.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["Llama4ForCausalLM"], "num_key_value_heads": null, "head_dim": null,
 		"hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2, "no_rope_layers": [0, 1, 1, 1]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -167,10 +158,10 @@ func TestConfigErrors(t *testing.T) {
 	if s := o.Spec; s.KVHeads != 4 || s.HeadDim != 64 || s.BOS != 1 || fmt.Sprint(o.NoRope) != "[true false]" {
 		t.Errorf("nulls: KV heads %d, head_dim %d (want 4 and 256/4), BOS %d (want 1), no rope %v", s.KVHeads, s.HeadDim, s.BOS, o.NoRope)
 	}
-	if _, err := llama4.Resolve(configOf(t, `{"architectures": ["Llama4ForConditionalGeneration"]}`)); err == nil || !strings.Contains(err.Error(), "text_config") {
+	if _, err := llama4.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["Llama4ForConditionalGeneration"]}`)); err == nil || !strings.Contains(err.Error(), "text_config") {
 		t.Errorf("a wrapper without text_config: error %v", err)
 	}
-	o, err = llama4.Resolve(configOf(t, fmt.Sprintf(`{%s, "attention_chunk_size": null, "moe_layers": [], "attn_temperature_tuning": false}`, base)))
+	o, err = llama4.Resolve(lmckpt.ParseConfig(t, fmt.Sprintf(`{%s, "attention_chunk_size": null, "moe_layers": [], "attn_temperature_tuning": false}`, base)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/longcat"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -13,21 +12,12 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // TestConfig reads LongcatFlashConfig's defaults (LongCat-Flash's sizes:
 // 28 layers of two MLA sublayers, 512 experts of 2048 and 256 zero
 // experts of which 12, 6144 wide; 560.66B parameters, the published
 // 560B), and refuses what it cannot run, naming the field.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["LongcatFlashForCausalLM"]}`))
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["LongcatFlashForCausalLM"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +40,7 @@ func TestConfig(t *testing.T) {
 	}
 	// null zero experts are none (transformers' `zero_expert_num or 0`);
 	// LongcatFlashConfig's attribute_map aliases are read.
-	o2, err := longcat.Resolve(configOf(t, `{"architectures": ["LongcatFlashForCausalLM"], "zero_expert_num": null, "num_local_experts": 64, "num_experts_per_tok": 4, "intermediate_size": 1024}`))
+	o2, err := longcat.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["LongcatFlashForCausalLM"], "zero_expert_num": null, "num_local_experts": 64, "num_experts_per_tok": 4, "intermediate_size": 1024}`))
 	if err != nil || o2.Zero != 0 || o2.Experts != 64 || o2.TopK != 4 || o2.Spec.Intermediate != 1024 {
 		t.Errorf("null zero experts and the aliases: %+v, %v", o2, err)
 	}
@@ -65,7 +55,7 @@ func TestConfig(t *testing.T) {
 		{`"norm_topk_prob": true`, "norm_topk_prob is true"},
 		{`"attention_method": "LSA"`, `attention_method "LSA"`},
 	} {
-		_, err := longcat.Resolve(configOf(t, `{"architectures": ["LongcatFlashForCausalLM"], `+bad.js+`}`))
+		_, err := longcat.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["LongcatFlashForCausalLM"], `+bad.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}

@@ -65,7 +65,7 @@ const mambaCodestral = `{"architectures": ["Mamba2ForCausalLM"], "bos_token_id":
 // TestMamba2Config reads Mamba-Codestral-7B's config.json (7,285,403,648
 // parameters, its card's 7.29B) and refuses what it cannot run.
 func TestMamba2Config(t *testing.T) {
-	m, err := lm.New(configOf(t, mambaCodestral))
+	m, err := lm.New(lmckpt.ParseConfig(t, mambaCodestral))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestMamba2Config(t *testing.T) {
 		{`"time_step_limit": [0.5, 0.1]`, "time_step_limit"},
 	} {
 		js := strings.Replace(mambaCodestral, `"vocab_size": 32768}`, `"vocab_size": 32768, `+bad.js+`}`, 1)
-		if _, err := mamba.ResolveMamba2(configOf(t, js)); err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
+		if _, err := mamba.ResolveMamba2(lmckpt.ParseConfig(t, js)); err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/mamba"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -13,20 +12,11 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // TestConfig: MambaConfig's defaults (mamba-130m's sizes: 24 layers of
 // hidden 768 give 129,135,360 parameters, tied, the card's 130M); rank
 // "auto"; FalconMamba's mixer_rms_eps; the refusals.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["MambaForCausalLM"], "num_hidden_layers": 24, "vocab_size": 50280, "use_bias": false}`))
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["MambaForCausalLM"], "num_hidden_layers": 24, "vocab_size": 50280, "use_bias": false}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,14 +29,14 @@ func TestConfig(t *testing.T) {
 	}
 	// falcon-mamba-7b's config writes expand 16 beside intermediate_size
 	// 8192, which wins.
-	f, err := mamba.Resolve(configOf(t, `{"architectures": ["FalconMambaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 64, "vocab_size": 65024, "time_step_rank": 256, "tie_word_embeddings": false, "expand": 16, "intermediate_size": 8192}`))
+	f, err := mamba.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["FalconMambaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 64, "vocab_size": 65024, "time_step_rank": 256, "tie_word_embeddings": false, "expand": 16, "intermediate_size": 8192}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if f.RMSEps != 1e-6 || f.Mamba.Rank != 256 || f.Mamba.Inner != 8192 || f.ProjBias || f.Spec.BOS != 0 {
 		t.Errorf("FalconMamba: %+v", f)
 	}
-	if d, err := mamba.Resolve(configOf(t, `{"architectures": ["MambaForCausalLM"]}`)); err != nil || !d.ProjBias {
+	if d, err := mamba.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["MambaForCausalLM"]}`)); err != nil || !d.ProjBias {
 		t.Errorf("MambaConfig's use_bias default true: %+v, %v", d.ProjBias, err)
 	}
 	for _, c := range []struct{ js, want string }{
@@ -54,7 +44,7 @@ func TestConfig(t *testing.T) {
 		{`"conv_kernel": 1`, "conv_kernel 1"},
 		{`"hidden_act": "swish2"`, "hidden_act"},
 	} {
-		_, err := lm.New(configOf(t, `{"architectures": ["MambaForCausalLM"], `+c.js+`}`))
+		_, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["MambaForCausalLM"], `+c.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error naming %q", c.js, err, c.want)
 		}

@@ -7,19 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/minimax"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
-
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // TestConfig reads MiniMax-M2.5's config.json (GQA of 48 query and 8
 // key/value heads of 128, a rotary_dim of 64, q/k norms over the whole
@@ -31,7 +22,7 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := lm.New(configOf(t, string(raw)))
+	m, err := lm.New(lmckpt.ParseConfig(t, string(raw)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +85,7 @@ func TestConfig(t *testing.T) {
 		{`, "rotary_dim": 128`, 128},
 		{`, "rotary_dim": 32, "rope_parameters": {"rope_type": "default", "rope_theta": 5000000, "partial_rotary_factor": 1.0}`, 32},
 	} {
-		d, err := minimax.Resolve(configOf(t, `{"architectures": ["MiniMaxM2ForCausalLM"]`+c.js+`}`))
+		d, err := minimax.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["MiniMaxM2ForCausalLM"]`+c.js+`}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +94,7 @@ func TestConfig(t *testing.T) {
 			t.Errorf("defaults%s: %+v (rotary dim %d, want %d)", c.js, d, d.Rope.RotaryDim, c.rot)
 		}
 	}
-	if d, err := minimax.Resolve(configOf(t, `{"architectures": ["MiniMaxM2ForCausalLM"], "qk_norm_type": "per_head"}`)); err != nil || !d.QKNorm || d.QKNormAcross {
+	if d, err := minimax.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["MiniMaxM2ForCausalLM"], "qk_norm_type": "per_head"}`)); err != nil || !d.QKNorm || d.QKNormAcross {
 		t.Errorf("per_head: %+v, %v", d, err)
 	}
 	base := `"architectures": ["MiniMaxM2ForCausalLM"], "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2, "intermediate_size": 32, "vocab_size": 100, "num_local_experts": 8, "num_experts_per_tok": 2`
@@ -118,7 +109,7 @@ func TestConfig(t *testing.T) {
 		{`"num_key_value_heads": 3`, "num_key_value_heads"},
 		{`"sliding_window": 128`, "sliding_window 128"},
 	} {
-		_, err := minimax.Resolve(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		_, err := minimax.Resolve(lmckpt.ParseConfig(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}

@@ -28,7 +28,7 @@ func TestText01Config(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := lm.New(configOf(t, string(raw)))
+	m, err := lm.New(lmckpt.ParseConfig(t, string(raw)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestText01Config(t *testing.T) {
 		}
 	}
 	orig = strings.Replace(orig, `"layer_types"`, `"attn_type_list": [`+strings.Join(types, ",")+`], "old_layer_types"`, 1)
-	mo, err := lm.New(configOf(t, orig))
+	mo, err := lm.New(lmckpt.ParseConfig(t, orig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestText01Config(t *testing.T) {
 
 	// MiniMaxConfig's defaults: Mixtral's sizes, softmax and lightning
 	// layers in turn, the whole head turned, factors 1.
-	d, err := minimax.ResolveText01(configOf(t, `{"architectures": ["MiniMaxForCausalLM"]}`))
+	d, err := minimax.ResolveText01(lmckpt.ParseConfig(t, `{"architectures": ["MiniMaxForCausalLM"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestText01Config(t *testing.T) {
 	// The releases' architectures: no postnorm, and (as vLLM reads a
 	// config without attn_type_list) every layer softmax by default; the
 	// releases' slopes.
-	if d, err := minimax.ResolveText01(configOf(t, `{"architectures": ["MiniMaxM1ForCausalLM"]}`)); err != nil || d.Postnorm || !d.ReleaseSlopes ||
+	if d, err := minimax.ResolveText01(lmckpt.ParseConfig(t, `{"architectures": ["MiniMaxM1ForCausalLM"]}`)); err != nil || d.Postnorm || !d.ReleaseSlopes ||
 		d.Spec.LayerKinds[1] != lm.KindFull || d.Spec.LayerKinds[31] != lm.KindFull {
 		t.Errorf("the releases' defaults: %+v, %v", d, err)
 	}
@@ -143,7 +143,7 @@ func TestText01Config(t *testing.T) {
 		{`"sliding_window": 128`, "sliding_window 128"},
 		{`"postnorm": false`, "postnorm is false"},
 	} {
-		_, err := minimax.ResolveText01(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		_, err := minimax.ResolveText01(lmckpt.ParseConfig(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}

@@ -8,20 +8,11 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/internal/errs"
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/nemotronh"
 	"github.com/tputool/tputool/pipeline/nn"
+	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 )
-
-func parse(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // TestNanoConfig reads Nemotron 3 Nano 30B-A3B's config.json: 52 layers
 // from hybrid_override_pattern (23 Mamba-2, 23 MoE, 6 attention), 128
@@ -32,7 +23,7 @@ func TestNanoConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := lm.New(parse(t, string(raw)))
+	m, err := lm.New(lmckpt.ParseConfig(t, string(raw)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +78,7 @@ func TestConfigForms(t *testing.T) {
 		`"layers_block_type": ["mamba", "moe", "attention", "mlp"]`,
 		`"num_hidden_layers": 4`,
 	} {
-		m, err := lm.New(parse(t, "{"+base+", "+form+"}"))
+		m, err := lm.New(lmckpt.ParseConfig(t, "{"+base+", "+form+"}"))
 		if err != nil {
 			t.Fatalf("%s: %v", form, err)
 		}
@@ -97,7 +88,7 @@ func TestConfigForms(t *testing.T) {
 	}
 	// The list wins over the pattern, and the older spellings over the
 	// newer, as NemotronHConfig reads them.
-	m, err := lm.New(parse(t, "{"+base+`, "layers_block_type": ["mamba", "mlp"], "hybrid_override_pattern": "E*", "mamba_n_groups": 1, "n_groups": 2}`))
+	m, err := lm.New(lmckpt.ParseConfig(t, "{"+base+`, "layers_block_type": ["mamba", "mlp"], "hybrid_override_pattern": "E*", "mamba_n_groups": 1, "n_groups": 2}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +113,7 @@ func TestConfigForms(t *testing.T) {
 		{`"hybrid_override_pattern": "E", "moe_latent_size": 8, "mlp_bias": true`, "moe_latent_size", true},
 		{`"hybrid_override_pattern": "M*", "residual_in_fp32": true`, "residual_in_fp32", true},
 	} {
-		_, err := lm.New(parse(t, "{"+base+", "+c.extra+"}"))
+		_, err := lm.New(lmckpt.ParseConfig(t, "{"+base+", "+c.extra+"}"))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one naming %q", c.extra, err, c.want)
 			continue

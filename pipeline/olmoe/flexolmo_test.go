@@ -21,7 +21,7 @@ import (
 // input_layernorm, num_local_experts as num_experts' alias, and refuses
 // bad values naming the field.
 func TestFlexConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["FlexOlmoForCausalLM"]}`))
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["FlexOlmoForCausalLM"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestFlexConfig(t *testing.T) {
 		!names["model.layers.3.post_feedforward_layernorm.weight"] || !names["model.layers.3.mlp.gate.weight"] {
 		t.Errorf("layer 3's weights %v", names)
 	}
-	a, err := olmoe.ResolveFlex(configOf(t, `{"architectures": ["FlexOlmoForCausalLM"], "num_local_experts": 4, "num_experts_per_tok": 2}`))
+	a, err := olmoe.ResolveFlex(lmckpt.ParseConfig(t, `{"architectures": ["FlexOlmoForCausalLM"], "num_local_experts": 4, "num_experts_per_tok": 2}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestFlexConfig(t *testing.T) {
 		{`"num_key_value_heads": 3`, "num_key_value_heads"},
 		{`"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4`, "attend in full"},
 	} {
-		_, err := olmoe.ResolveFlex(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		_, err := olmoe.ResolveFlex(lmckpt.ParseConfig(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/olmoe"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
@@ -16,15 +15,6 @@ import (
 	"github.com/tputool/tputool/pipeline/testkit/olmoeref"
 	"github.com/tputool/tputool/pipeline/testkit/refcheck"
 )
-
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // TestConfig reads OLMoE-1B-7B's config.json (q/k norms over whole
 // projections, 64 experts of 1024, top 8 not renormalized, on all 16
@@ -35,7 +25,7 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := lm.New(configOf(t, string(raw)))
+	m, err := lm.New(lmckpt.ParseConfig(t, string(raw)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +60,7 @@ func TestConfig(t *testing.T) {
 		t.Errorf("q/k norms %v %v, want over the whole projections", names["model.layers.0.self_attn.q_norm.weight"], names["model.layers.0.self_attn.k_norm.weight"])
 	}
 
-	d, err := olmoe.Resolve(configOf(t, `{"architectures": ["OlmoeForCausalLM"], "clip_qkv": 8, "norm_topk_prob": true, "num_key_value_heads": 4}`))
+	d, err := olmoe.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["OlmoeForCausalLM"], "clip_qkv": 8, "norm_topk_prob": true, "num_key_value_heads": 4}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +74,7 @@ func TestConfig(t *testing.T) {
 		{`"num_key_value_heads": 3`, "num_key_value_heads"},
 		{`"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4`, "attend in full"},
 	} {
-		_, err := olmoe.Resolve(configOf(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
+		_, err := olmoe.Resolve(lmckpt.ParseConfig(t, fmt.Sprintf("{%s, %s}", base, bad.js)))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}

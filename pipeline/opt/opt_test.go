@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/opt"
@@ -48,15 +47,6 @@ func TestLogitsMatchReference(t *testing.T) {
 	}
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // opt125m is facebook/opt-125m's config.json.
 const opt125m = `{"_name_or_path": "facebook/opt-125m", "activation_dropout": 0.0, "activation_function": "relu",
 	"architectures": ["OPTForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 2, "do_layer_norm_before": true,
@@ -69,7 +59,7 @@ const opt125m = `{"_name_or_path": "facebook/opt-125m", "activation_dropout": 0.
 // tied head counted once) and refuses what it cannot run, naming the
 // field.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, opt125m))
+	m, err := lm.New(lmckpt.ParseConfig(t, opt125m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +100,7 @@ func TestConfig(t *testing.T) {
 		{`"activation_function": "swish2"`, "hidden_act"},
 	} {
 		js := strings.Replace(opt125m, `"vocab_size": 50272, "word_embed_proj_dim": 768}`, `"vocab_size": 50272, `+bad.js+`}`, 1)
-		_, err := opt.Resolve(configOf(t, js))
+		_, err := opt.Resolve(lmckpt.ParseConfig(t, js))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/qwen3moe"
@@ -100,15 +99,6 @@ func TestSwitchesMatter(t *testing.T) {
 	)
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // small4b is SmallThinker-4BA0.6B-Instruct's config.json (its rope and
 // sliding-window layouts all 1 and all 0, written here by their lengths).
 func small4b(extra string) string {
@@ -126,7 +116,7 @@ func small4b(extra string) string {
 // and 0.6B) and refuses what
 // it cannot run, naming the field.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, small4b("")))
+	m, err := lm.New(lmckpt.ParseConfig(t, small4b("")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +151,7 @@ func TestConfig(t *testing.T) {
 		}
 	}
 
-	w, err := smallthinker.Resolve(configOf(t, `{"architectures": ["SmallThinkerForCausalLM"], "num_hidden_layers": 3,
+	w, err := smallthinker.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["SmallThinkerForCausalLM"], "num_hidden_layers": 3,
 		"rope_layout": [1, 0, 1], "sliding_window_layout": [0, 1, 1], "sliding_window_size": 64, "moe_primary_router_apply_softmax": true}`))
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +172,7 @@ func TestConfig(t *testing.T) {
 		if strings.Contains(bad.js, "sliding_window_layout") { // the later key wins in Go's decoder too
 			js = strings.Replace(js, `"sliding_window_layout": [`+strings.TrimSuffix(strings.Repeat("0,", 32), ",")+`],`, "", 1)
 		}
-		_, err := smallthinker.Resolve(configOf(t, js))
+		_, err := smallthinker.Resolve(lmckpt.ParseConfig(t, js))
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: error %v, want one naming config.json and %q", bad.js, err, bad.want)
 		}

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
 	"github.com/tputool/tputool/pipeline/testkit/moecheck"
@@ -54,21 +53,12 @@ func TestLogitsMatchReference(t *testing.T) {
 	}
 }
 
-func configOf(t *testing.T, js string) *config.File {
-	t.Helper()
-	cfg, err := config.ParseModel([]byte(js))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // TestConfig: Zamba2Config's defaults (Zamba2-2.7B: 54 layers, hybrid at
 // 6, 12, …, 42, 47 and 51, attention heads of 160), each hybrid layer
 // naming its block under the block's first layer and its own adapter
 // slot, the releases' parameter counts, and the refusals.
 func TestConfig(t *testing.T) {
-	m, err := lm.New(configOf(t, `{"architectures": ["Zamba2ForCausalLM"], "n_mamba_heads": 80}`))
+	m, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Zamba2ForCausalLM"], "n_mamba_heads": 80}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +70,7 @@ func TestConfig(t *testing.T) {
 	if o.AttnHeadDim != 160 || o.Mamba.HeadDim != 64 || o.Blocks != 1 || o.Spec.Intermediate != 4*2560 {
 		t.Errorf("defaults: %+v", o)
 	}
-	m, err = lm.New(configOf(t, `{"architectures": ["Zamba2ForCausalLM"], "n_mamba_heads": 80, "num_mem_blocks": 2}`))
+	m, err = lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Zamba2ForCausalLM"], "n_mamba_heads": 80, "num_mem_blocks": 2}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +97,7 @@ func TestConfig(t *testing.T) {
 			types[i] = `"hybrid"`
 		}
 	}
-	small, err := lm.New(configOf(t, `{"architectures": ["Zamba2ForCausalLM"], "hidden_size": 2048, "num_hidden_layers": 38, "n_mamba_heads": 64,
+	small, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Zamba2ForCausalLM"], "hidden_size": 2048, "num_hidden_layers": 38, "n_mamba_heads": 64,
 		"mamba_d_state": 128, "use_mem_rope": true, "use_shared_attention_adapter": true, "layers_block_type": [`+strings.Join(types, ",")+`]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +117,7 @@ func TestConfig(t *testing.T) {
 		{`"time_step_limit": [0.001, 0.1]`, "time_step_limit"},
 		{`"use_mem_rope": true, "rope_parameters": {"rope_type": "linear", "factor": 2.0}`, "rope_type"},
 	} {
-		_, err := lm.New(configOf(t, `{"architectures": ["Zamba2ForCausalLM"], "n_mamba_heads": 80, `+c.js+`}`))
+		_, err := lm.New(lmckpt.ParseConfig(t, `{"architectures": ["Zamba2ForCausalLM"], "n_mamba_heads": 80, `+c.js+`}`))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error naming %q", c.js, err, c.want)
 		}

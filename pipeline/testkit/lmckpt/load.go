@@ -5,8 +5,20 @@ import (
 	"testing"
 
 	"github.com/tputool/tputool/loader"
+	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/lm"
 )
+
+// ParseConfig parses js, a config.json's text, failing t if it does not:
+// the tests' way to a *config.File for a family's resolver.
+func ParseConfig(t testing.TB, js string) *config.File {
+	t.Helper()
+	cfg, err := config.ParseModel([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
 
 // Load resolves the model folder dir as `--model dir` does and loads it
 // with lm.Load: the tests' one-line way to a checked *lm.Loaded.
