@@ -25,19 +25,25 @@ var gpt2Classes = map[string]bool{
 	"": true, "GPT2Tokenizer": true, "GPT2TokenizerFast": true, "CodeGenTokenizer": true, "CodeGenTokenizerFast": true,
 }
 
-// gpt2Config is what loadGPT2Files reads of tokenizer_config.json (and of
-// special_tokens_map.json, its special-token fields).
-type gpt2Config struct {
-	Class          string          `json:"tokenizer_class"`
-	AddPrefixSpace *bool           `json:"add_prefix_space"`
-	BOS            json.RawMessage `json:"bos_token"`
-	EOS            json.RawMessage `json:"eos_token"`
-	Unk            json.RawMessage `json:"unk_token"`
-	Pad            json.RawMessage `json:"pad_token"`
-	Sep            json.RawMessage `json:"sep_token"`
-	Cls            json.RawMessage `json:"cls_token"`
-	Mask           json.RawMessage `json:"mask_token"`
-	Additional     json.RawMessage `json:"additional_special_tokens"`
+// slowConfig is what loadGPT2Files and loadSPModel read of
+// tokenizer_config.json (and of special_tokens_map.json, its special-token
+// fields).
+type slowConfig struct {
+	Class          string `json:"tokenizer_class"`
+	AddPrefixSpace *bool  `json:"add_prefix_space"`
+	// Legacy is LlamaTokenizer's legacy flag (absent: true).
+	Legacy *bool `json:"legacy"`
+	// AddBOS and AddEOS are add_bos_token and add_eos_token.
+	AddBOS     *bool           `json:"add_bos_token"`
+	AddEOS     *bool           `json:"add_eos_token"`
+	BOS        json.RawMessage `json:"bos_token"`
+	EOS        json.RawMessage `json:"eos_token"`
+	Unk        json.RawMessage `json:"unk_token"`
+	Pad        json.RawMessage `json:"pad_token"`
+	Sep        json.RawMessage `json:"sep_token"`
+	Cls        json.RawMessage `json:"cls_token"`
+	Mask       json.RawMessage `json:"mask_token"`
+	Additional json.RawMessage `json:"additional_special_tokens"`
 	// AddedDecoder is transformers' added_tokens_decoder: {"id":
 	// {"content", "special", ...}}.
 	AddedDecoder map[string]struct {
@@ -69,26 +75,9 @@ func loadGPT2Files(dir string) (t *Tokenizer, ok bool, err error) {
 			return nil, false, nil
 		}
 	}
-	var cfg gpt2Config
-	for _, name := range []string{"special_tokens_map.json", "tokenizer_config.json"} { // the config's fields win
-		p := filepath.Join(dir, name)
-		data, err := readMaybeGzip(p, maxConfigBytes)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		var one gpt2Config
-		if err := json.Unmarshal(data, &one); err != nil {
-			return nil, false, fmt.Errorf("%s: %w", p, err)
-		}
-		if _, err := one.specials(); err != nil {
-			return nil, false, fmt.Errorf("%s: %w", p, err)
-		}
-		if err := json.Unmarshal(data, &cfg); err != nil {
-			return nil, false, fmt.Errorf("%s: %w", p, err)
-		}
+	cfg, err := readSlowConfig(dir)
+	if err != nil {
+		return nil, false, err
 	}
 	// GPT2Tokenizer's and CodeGenTokenizer's defaults: <|endoftext|> is
 	// their BOS, EOS and unknown token when no file names one.
@@ -129,7 +118,7 @@ func loadGPT2Files(dir string) (t *Tokenizer, ok bool, err error) {
 		}
 		merges = append(merges, line)
 	}
-	added, err := gpt2Specials(dir, &cfg, vocab)
+	added, err := slowSpecials(dir, &cfg, vocab)
 	if err != nil {
 		return nil, false, err
 	}
@@ -181,9 +170,39 @@ func loadGPT2Files(dir string) (t *Tokenizer, ok bool, err error) {
 	return t, true, nil
 }
 
+// readSlowConfig reads what a folder without a tokenizer.json says of its
+// tokenizer: special_tokens_map.json's special tokens, then
+// tokenizer_config.json's fields over them (LoadDir applies
+// tokenizer_config.json again after, where transformers lets a legacy
+// special_tokens_map.json win; the two agree in the releases).
+func readSlowConfig(dir string) (slowConfig, error) {
+	var cfg slowConfig
+	for _, name := range []string{"special_tokens_map.json", "tokenizer_config.json"} { // the config's fields win
+		p := filepath.Join(dir, name)
+		data, err := readMaybeGzip(p, maxConfigBytes)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return cfg, err
+		}
+		var one slowConfig
+		if err := json.Unmarshal(data, &one); err != nil {
+			return cfg, fmt.Errorf("%s: %w", p, err)
+		}
+		if _, err := one.specials(); err != nil {
+			return cfg, fmt.Errorf("%s: %w", p, err)
+		}
+		if err := json.Unmarshal(data, &cfg); err != nil {
+			return cfg, fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	return cfg, nil
+}
+
 // specials are the special tokens' names a config lists: bos, eos, unk,
 // pad, sep, cls and mask tokens, then additional_special_tokens.
-func (c *gpt2Config) specials() ([]string, error) {
+func (c *slowConfig) specials() ([]string, error) {
 	var names []string
 	for _, f := range []struct {
 		name string
@@ -219,8 +238,8 @@ func (c *gpt2Config) specials() ([]string, error) {
 	return names, nil
 }
 
-// gpt2Special is one added token of the synthesised tokenizer.json.
-type gpt2Special struct {
+// addedTokenJSON is one added token of the synthesised tokenizer.json.
+type addedTokenJSON struct {
 	ID         int    `json:"id"`
 	Content    string `json:"content"`
 	SingleWord bool   `json:"single_word"`
@@ -230,11 +249,11 @@ type gpt2Special struct {
 	Special    bool   `json:"special"`
 }
 
-// gpt2Specials lists the special tokens the configs name, each with its
+// slowSpecials lists the special tokens the configs name, each with its
 // id: added_tokens.json's or added_tokens_decoder's, else the
 // vocabulary's, else the next id past every other, in the order named;
 // then added_tokens.json's other tokens, added but not special.
-func gpt2Specials(dir string, cfg *gpt2Config, vocab map[string]int) ([]gpt2Special, error) {
+func slowSpecials(dir string, cfg *slowConfig, vocab map[string]int) ([]addedTokenJSON, error) {
 	ids := map[string]int{}
 	next := 0
 	for _, id := range vocab {
@@ -269,7 +288,7 @@ func gpt2Specials(dir string, cfg *gpt2Config, vocab map[string]int) ([]gpt2Spec
 		return nil, err
 	}
 	names = append(names, named...)
-	var out []gpt2Special
+	var out []addedTokenJSON
 	seen := map[string]bool{}
 	special := map[string]bool{}
 	for _, n := range names {
@@ -296,8 +315,8 @@ func gpt2Specials(dir string, cfg *gpt2Config, vocab map[string]int) ([]gpt2Spec
 		if id >= maxTokenID {
 			return nil, fmt.Errorf("%s: special token %q: id %d past %d", dir, n, id, maxTokenID)
 		}
-		out = append(out, gpt2Special{ID: id, Content: n, Special: special[n]})
+		out = append(out, addedTokenJSON{ID: id, Content: n, Special: special[n]})
 	}
-	slices.SortFunc(out, func(a, b gpt2Special) int { return a.ID - b.ID })
+	slices.SortFunc(out, func(a, b addedTokenJSON) int { return a.ID - b.ID })
 	return out, nil
 }

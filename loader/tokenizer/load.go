@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/tputool/tputool/internal/errs"
 )
@@ -70,7 +71,8 @@ func Parse(data []byte) (*Tokenizer, error) {
 
 // LoadDir loads dir/tokenizer.json (or tokenizer.json.gz), or without one
 // a tiktoken ranks file of a known tokenizer class (tiktoken.go) or
-// GPT-2's vocab.json and merges.txt (gpt2files.go), together with
+// GPT-2's vocab.json and merges.txt (gpt2files.go), or a SentencePiece
+// model (tokenizer.model, spmodel.go), together with
 // dir/tokenizer_config.json and dir/chat_template.jinja when present. The
 // config decides the BOS/EOS/PAD tokens, add_bos_token/add_eos_token and the
 // chat templates.
@@ -88,8 +90,12 @@ func LoadDir(dir string) (*Tokenizer, error) {
 			return nil, gerr
 		} else if ok {
 			t = tt
+		} else if tt, ok, serr := loadSPModel(dir); serr != nil {
+			return nil, serr
+		} else if ok {
+			t = tt
 		} else {
-			return nil, errs.Unsupportedf("%s: no tokenizer.json (tputool reads tokenizer.json, the tiktoken ranks files %s, and GPT-2's vocab.json with merges.txt; not sentencepiece .model or vocab.txt files): %w", dir, tiktokenFiles(), err)
+			return nil, errs.Unsupportedf("%s: no tokenizer.json (tputool reads tokenizer.json, the tiktoken ranks files %s, GPT-2's vocab.json with merges.txt, and SentencePiece models (%s); not vocab.txt files): %w", dir, tiktokenFiles(), strings.Join(spFiles, ", "), err)
 		}
 	}
 	if t == nil {
