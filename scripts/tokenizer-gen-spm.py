@@ -110,9 +110,13 @@ def main():
             spm.SentencePieceTrainer.train(input=inp, model_prefix=prefix, character_coverage=0.9995,
                                            minloglevel=2, **args)
             raw = open(prefix + ".model", "rb").read()
-        sp = spm.SentencePieceProcessor(model_proto=raw)
         proto = pb.ModelProto()
         proto.ParseFromString(raw)
+        # The temporary folder's paths would make every run's file differ.
+        proto.trainer_spec.ClearField("input")
+        proto.trainer_spec.ClearField("model_prefix")
+        raw = proto.SerializeToString()
+        sp = spm.SentencePieceProcessor(model_proto=raw)
         nopre = pb.ModelProto()
         nopre.CopyFrom(proto)
         nopre.normalizer_spec.add_dummy_prefix = False
