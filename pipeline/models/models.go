@@ -35,6 +35,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/granite"      // GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, GraniteMoeHybridForCausalLM
 	_ "github.com/tputool/tputool/pipeline/helium"       // HeliumForCausalLM
 	_ "github.com/tputool/tputool/pipeline/hunyuan"      // HunYuanDenseV1ForCausalLM, HunYuanMoEV1ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/internlm2"    // InternLM2ForCausalLM (InternLM 2, 2.5)
 	_ "github.com/tputool/tputool/pipeline/internvl"     // InternVLForConditionalGeneration (its text model)
 	_ "github.com/tputool/tputool/pipeline/jamba"        // JambaForCausalLM
 	_ "github.com/tputool/tputool/pipeline/kimilinear"   // KimiLinearForCausalLM (Kimi Linear)
