@@ -65,8 +65,9 @@ func (l *Loaded) specOrPart(name string) (WeightSpec, bool) {
 
 // encoding is how the checkpoint stores weight name (a model weight or a
 // part of one) when it stores it encoded: "mxfp4", "fp8", "packed",
-// "compressed", "bitnet", "transposed", or "" (plain, or not a model
-// weight).
+// "compressed", "bitnet", "transposed", "normalized" (a float matrix
+// whose rows are read scaled to unit length, WeightSpec.RowNormalized),
+// or "" (plain, or not a model weight).
 func (l *Loaded) encoding(name string) (WeightSpec, string) {
 	// A part of an assembled stack (an expert a checkpoint stores on its
 	// own) may be encoded as a weight of its own is.
@@ -87,6 +88,8 @@ func (l *Loaded) encoding(name string) (WeightSpec, string) {
 		return w, "bitnet"
 	case w.Transposed && l.ckpt.Has(w.Name):
 		return w, "transposed"
+	case w.RowNormalized && l.ckpt.Has(w.Name) && len(w.Shape) == 2:
+		return w, "normalized"
 	}
 	return w, ""
 }
@@ -228,6 +231,37 @@ func (l *Loaded) decodeEncoded(w WeightSpec, how string, fn func(at int, vals []
 			}
 			fn(row*in, buf[:n*in])
 			l.ckpt.ReleaseRange(w.Name, int64(row*in), int64((row+n)*in))
+		}
+		return nil
+	case "normalized":
+		info, _ := l.ckpt.Info(w.Name)
+		if !info.DType.IsFloat() {
+			return errs.Unsupportedf("tensor %q: stored as %s, not a float dtype", w.Name, info.DType)
+		}
+		raw, err := l.rawOf(w.Name, info.DType, int64(rows)*int64(in))
+		if err != nil {
+			return err
+		}
+		size := info.DType.Size()
+		nf.DType, nf.Elements = info.DType, int64(rows)*int64(in)
+		step := max(1, encodedPiece/in)
+		buf := make([]float32, min(step, rows)*in)
+		for row := 0; row < rows; row += step {
+			n := min(step, rows-row)
+			count, first := safetensors.ConvertChecked(info.DType, raw[row*in*size:(row+n)*in*size], func(at int, p []byte) {
+				safetensors.DecodeFloat32(buf[at:], info.DType, p)
+			})
+			if count > 0 {
+				if nf.Count == 0 {
+					nf.First = int64(row*in) + first
+				}
+				nf.Count += count
+			}
+			for r := range n {
+				normalizeRow(buf[r*in : (r+1)*in])
+			}
+			fn(row*in, buf[:n*in])
+			l.ckpt.ReleaseRange(w.Name, int64(row*in*size), int64((row+n)*in*size))
 		}
 		return nil
 	case "transposed":
@@ -497,4 +531,17 @@ func fp8NaNAt(b []byte) int {
 		}
 	}
 	return -1
+}
+
+// normalizeRow scales v to unit L2 length as torch's F.normalize does,
+// v / max(‖v‖, 1e-12), the sum of squares taken in float64.
+func normalizeRow(v []float32) {
+	ss := 0.0
+	for _, x := range v {
+		ss += float64(x) * float64(x)
+	}
+	d := max(math.Sqrt(ss), 1e-12)
+	for i, x := range v {
+		v[i] = float32(float64(x) / d)
+	}
 }

@@ -172,6 +172,13 @@ type WeightSpec struct {
 	// router correction bias, whose sums with scores a bf16 rounding could
 	// reorder). Not for Matmul weights.
 	F32 bool
+	// RowNormalized: the model reads the [out, in] matrix with each row
+	// scaled to unit length (L2, as torch's F.normalize: x / max(‖x‖,
+	// 1e-12)), which the loader does as it decodes the stored float
+	// tensor (Baichuan 2's NormHead, whose lm_head is normalized on its
+	// first forward). A checkpoint storing such a weight quantized is
+	// refused at load.
+	RowNormalized bool
 	// MXFP4: the checkpoint may hold the weight in OCP microscaling FP4
 	// instead of under Name (GPT-OSS's experts): Name+MXFP4Blocks, U8
 	// [..., out, in/32, 16], and Name+MXFP4Scales, U8 [..., out, in/32]

@@ -2,6 +2,7 @@ package lm
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -293,6 +294,15 @@ func (l *Loaded) check() error {
 	if _, skip := SkipReason(l.Model, tiedHead); spec.TieEmbeddings && l.ckpt.Has(tiedHead) && !strict.Expected(tiedHead) && !skip {
 		if err := l.checkTiedHead(); err != nil {
 			return err
+		}
+	}
+	for _, w := range l.weights {
+		if !w.RowNormalized || !l.ckpt.Has(w.Name) {
+			continue
+		}
+		if _, how := l.encoding(w.Name); how != "normalized" {
+			return errs.Unsupportedf("checkpoint %s: %s is stored %s; tputool reads a weight whose rows the model normalizes (%s's) from a float tensor only",
+				l.Dir, w.Name, cmp.Or(how, "in another layout"), spec.Architecture)
 		}
 	}
 	problems := strict.Problems()

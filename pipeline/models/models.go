@@ -9,6 +9,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/apertus"      // ApertusForCausalLM
 	_ "github.com/tputool/tputool/pipeline/arcee"        // ArceeForCausalLM (AFM)
 	_ "github.com/tputool/tputool/pipeline/arctic"       // ArcticForCausalLM (Snowflake Arctic)
+	_ "github.com/tputool/tputool/pipeline/baichuan"     // BaichuanForCausalLM (Baichuan 2, Baichuan-13B), BaiChuanForCausalLM (Baichuan-7B)
 	_ "github.com/tputool/tputool/pipeline/bailing"      // BailingMoeV2ForCausalLM (Ling 2.0, Ring 2.0)
 	_ "github.com/tputool/tputool/pipeline/bamba"        // BambaForCausalLM
 	_ "github.com/tputool/tputool/pipeline/bert"         // BertModel, XLMRobertaModel, RobertaModel (encoders: embeddings)
