@@ -39,8 +39,7 @@ var spLlamaClasses = map[string]bool{
 // and ALBERT's remapped vocabularies, Gemma's split on spaces...) change
 // the vocabulary or the pipeline around the model and are refused by name.
 var spNativeClasses = map[string]bool{
-	"": true, "InternLM2Tokenizer": true, "InternLM2TokenizerFast": true, "InternLM3Tokenizer": true,
-	"BaichuanTokenizer": true,
+	"": true, "InternLM2Tokenizer": true, "InternLM2TokenizerFast": true, "BaichuanTokenizer": true,
 }
 
 const (
