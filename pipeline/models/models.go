@@ -45,6 +45,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/llama4"       // Llama4ForConditionalGeneration, Llama4ForCausalLM (text)
 	_ "github.com/tputool/tputool/pipeline/longcat"      // LongcatFlashForCausalLM (LongCat-Flash)
 	_ "github.com/tputool/tputool/pipeline/mamba"        // MambaForCausalLM, FalconMambaForCausalLM, Mamba2ForCausalLM
+	_ "github.com/tputool/tputool/pipeline/minicpm"      // MiniCPMForCausalLM (MiniCPM 1B, 2B, MiniCPM4)
 	_ "github.com/tputool/tputool/pipeline/minimax"      // MiniMaxM2ForCausalLM, MiniMaxForCausalLM (MiniMax-Text-01, MiniMax-M1)
 	_ "github.com/tputool/tputool/pipeline/mistral"      // MistralForCausalLM
 	_ "github.com/tputool/tputool/pipeline/mistral3"     // Mistral3ForConditionalGeneration (text), Ministral3ForCausalLM
