@@ -131,8 +131,6 @@ func ResolveBigCode(cfg *config.File) (llama.Options, error) {
 func (c *Config) resolve(cfg *config.File, d llama.Defaults) (llama.Options, error) {
 	where := lm.ConfigName(cfg)
 	switch {
-	case c.ScaleAttnByInverseLayerIdx:
-		return llama.Options{}, errs.Unsupportedf("%s: scale_attn_by_inverse_layer_idx true (each layer's scores divided by its index + 1) is not supported", where)
 	case c.AddCrossAttention:
 		return llama.Options{}, errs.Unsupportedf("%s: add_cross_attention true (a decoder with cross-attention over an encoder's states) is not supported", where)
 	}
@@ -150,6 +148,7 @@ func (c *Config) resolve(cfg *config.File, d llama.Defaults) (llama.Options, err
 	if c.ScaleAttnWeights != nil && !*c.ScaleAttnWeights {
 		o.AttnScale = 1
 	}
+	o.AttnScaleByLayer = c.ScaleAttnByInverseLayerIdx
 	o.FusedQKV, o.QKVBias, o.OBias, o.MLPBias, o.HeadBias = true, true, true, true, false
 	o.LayerNorm, o.UngatedMLP = true, true
 	return o, nil

@@ -20,16 +20,20 @@ var prompts = [][]int{{1, 7, 21, 33, 4}, {1, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50
 // head, n_inner set and scale_attn_weights false) on a left-padded batch
 // of two prompts and decode steps, compiled and eager, on the go and cpu
 // backends, against gpt2ref's float64 forward under the checkpoints'
-// names; and in bfloat16 within a few percent. A reference that reads
-// the position table one row off differs.
+// names; and in bfloat16 within a few percent; and one with Stanford
+// CRFM's scale_attn_by_inverse_layer_idx. A reference that reads the
+// position table one row off differs, and for the last one a reference
+// that scales every layer's scores alike.
 func TestLogitsMatchReference(t *testing.T) {
 	const steps = 6
 	bare := gpt2ref.Tiny()
 	bare.Prefix, bare.Buffers, bare.StoredHead, bare.Inner, bare.Unscaled, bare.Seed = "", false, true, 48, true, 121
+	crfm := gpt2ref.Tiny() // Stanford CRFM's (BioMedLM's) scale_attn_by_inverse_layer_idx
+	crfm.InverseLayer, crfm.Seed = true, 122
 	for _, c := range []struct {
 		name string
 		gpt2 gpt2ref.GPT2
-	}{{"lmhead", gpt2ref.Tiny()}, {"bare", bare}} {
+	}{{"lmhead", gpt2ref.Tiny()}, {"bare", bare}, {"inverse-layer", crfm}} {
 		t.Run(c.name, func(t *testing.T) {
 			dir, l := lmckpt.WriteLoad(t, c.gpt2.Write)
 			rm, err := c.gpt2.Load(dir)
@@ -41,8 +45,13 @@ func TestLogitsMatchReference(t *testing.T) {
 			t.Logf("bfloat16: worst relative error %.3g", moecheck.BFloat16(t, l, rm, prompts, 0.05))
 			shifted := &gpt2ref.Model{C: rm.C, W: rm.W, Shift: 1}
 			prompt := prompts[1]
-			refcheck.Discriminates(t, moecheck.Prefill(t, l, prompt)[0], prompt, rm.Logits, 1e-3,
-				refcheck.Mutant{Name: "the position table one row off", Logits: shifted.Logits})
+			mutants := []refcheck.Mutant{{Name: "the position table one row off", Logits: shifted.Logits}}
+			if c.gpt2.InverseLayer {
+				flat := &gpt2ref.Model{C: rm.C, W: rm.W}
+				flat.C.InverseLayer = false
+				mutants = append(mutants, refcheck.Mutant{Name: "every layer's scores scaled alike", Logits: flat.Logits})
+			}
+			refcheck.Discriminates(t, moecheck.Prefill(t, l, prompt)[0], prompt, rm.Logits, 1e-3, mutants...)
 		})
 	}
 }
@@ -138,7 +147,6 @@ func TestConfig(t *testing.T) {
 		t.Errorf("resolved %+v", o2)
 	}
 	for _, bad := range []struct{ js, want string }{
-		{`"scale_attn_by_inverse_layer_idx": true`, "scale_attn_by_inverse_layer_idx"},
 		{`"add_cross_attention": true`, "add_cross_attention"},
 		{`"n_head": 5`, "not a multiple"},
 		{`"activation_function": "swish2"`, "hidden_act"},

@@ -86,6 +86,11 @@ type Options struct {
 	// attention_multiplier, residual_multiplier and logits_scaling); 0
 	// leaves each as Llama has it.
 	EmbedScale, AttnScale, ResidualScale, LogitsDivisor float64
+	// AttnScaleByLayer divides layer i's score scale (AttnScale, or
+	// 1/√head_dim) by i + 1 (GPT-2's scale_attn_by_inverse_layer_idx,
+	// Stanford CRFM's models); every layer is then a variant of its own
+	// (LayerVariant).
+	AttnScaleByLayer bool
 	// NoRope[i] leaves layer i without the rotary embedding (Llama 4's
 	// NoPE layers, no_rope_layers 0); nil rotates every layer.
 	NoRope []bool
@@ -600,7 +605,7 @@ func (m *Model) rotates(i int) bool { return i >= len(m.o.NoRope) || !m.o.NoRope
 // LayerVariant implements lm.Varianter: "nope" for a layer without the
 // rotary embedding, whose graph differs from its kind's rotating layers'.
 // With learned positions layer 0, which adds them, is "positions" as
-// well.
+// well, and with AttnScaleByLayer layer i "scale/i+1".
 func (m *Model) LayerVariant(i int) string {
 	var v []string
 	if !m.rotates(i) {
@@ -608,6 +613,9 @@ func (m *Model) LayerVariant(i int) string {
 	}
 	if i == 0 && m.o.Positions.Rows > 0 {
 		v = append(v, "positions")
+	}
+	if m.o.AttnScaleByLayer {
+		v = append(v, fmt.Sprintf("scale/%d", i+1))
 	}
 	return strings.Join(v, "+")
 }
@@ -712,12 +720,19 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 	default:
 		bias = nn.AttentionBias(step, 0)
 	}
+	scale := m.o.AttnScale // 0: nn.Attention's 1/√head_dim
+	if m.o.AttnScaleByLayer {
+		if scale == 0 {
+			scale = 1 / math.Sqrt(float64(s.HeadDim))
+		}
+		scale /= float64(i + 1)
+	}
 	if m.o.ALiBi { // the mask plus the linear biases, once a graph for the layers of a kind
 		mask := bias
-		bias = step.Memo("llama-alibi/"+m.LayerKind(i), func() *Node {
+		bias = step.Memo(fmt.Sprintf("llama-alibi/%s/%v", m.LayerKind(i), scale), func() *Node {
 			slopes := nn.ALiBiSlopes(s.Heads)
 			if m.o.ALiBiScaled {
-				scale := m.o.AttnScale
+				scale := scale
 				if scale == 0 {
 					scale = 1 / math.Sqrt(float64(s.HeadDim))
 				}
@@ -730,9 +745,9 @@ func (m *Model) attention(i int, p *lm.Params, x *Node, c nn.KV, step *lm.Step) 
 	}
 	var out *Node
 	if dt := q.DType(); m.o.ScoresF32 && dt != dtypes.Float32 {
-		out = ConvertDType(nn.Attention(ConvertDType(q, dtypes.Float32), c, bias, m.o.AttnScale, 0), dt)
+		out = ConvertDType(nn.Attention(ConvertDType(q, dtypes.Float32), c, bias, scale, 0), dt)
 	} else {
-		out = nn.Attention(q, c, bias, m.o.AttnScale, 0) // [B, T, H*D]
+		out = nn.Attention(q, c, bias, scale, 0) // [B, T, H*D]
 	}
 	if m.o.AttnGate {
 		out = Mul(out, Sigmoid(nn.Linear(x, p.Get("gate_proj.weight"), nil)))

@@ -38,6 +38,9 @@ func runGPT2(l *lm.Loaded, dir, out string, m *gpt2.Model) error {
 	if o.AttnScale != 0 {
 		return fmt.Errorf("%s: scale_attn_weights false; llama.cpp's %s scales the scores by 1/sqrt(head_dim)", dir, arch)
 	}
+	if o.AttnScaleByLayer {
+		return fmt.Errorf("%s: scale_attn_by_inverse_layer_idx; llama.cpp's %s scales every layer's scores alike", dir, arch)
+	}
 	a := arch + "."
 	meta, err := header(l, dir, arch)
 	if err != nil {

@@ -34,6 +34,9 @@ type GPT2 struct {
 	// Unscaled writes scale_attn_weights false: scores not divided by
 	// the square root of the head size.
 	Unscaled bool
+	// InverseLayer writes scale_attn_by_inverse_layer_idx true: layer
+	// l's scores also divided by l + 1 (Stanford CRFM's GPT-2s).
+	InverseLayer bool
 	// BigCode makes it a GPTBigCodeForCausalLM (Linear matrices, [out,
 	// in]); MultiQuery (BigCode only) gives it one key and value head.
 	BigCode, MultiQuery bool
@@ -117,7 +120,7 @@ func (c GPT2) ConfigJSON() map[string]any {
 		"architectures": []string{"GPT2LMHeadModel"}, "model_type": "gpt2",
 		"vocab_size": c.Vocab, "n_embd": c.Hidden, "n_inner": c.Inner, "n_layer": c.Layers, "n_head": c.Heads,
 		"n_positions": c.Positions, "n_ctx": c.Positions, "layer_norm_epsilon": c.Eps, "activation_function": "gelu_new",
-		"scale_attn_weights": !c.Unscaled, "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32",
+		"scale_attn_weights": !c.Unscaled, "scale_attn_by_inverse_layer_idx": c.InverseLayer, "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32",
 		"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1, "summary_type": "cls_index",
 	}
 	if c.Inner == 0 {
@@ -272,7 +275,11 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 				}
 			}
 		}
-		att := lmckpt.Attention64(q, k, v, scale, nil)
+		layerScale := scale
+		if c.InverseLayer { // GPT2Attention: attn_weights / float(layer_idx + 1)
+			layerScale /= float64(l + 1)
+		}
+		att := lmckpt.Attention64(q, k, v, layerScale, nil)
 		for t := range x {
 			a := proj(att[t], m.get(p+"attn.c_proj.weight"), m.get(p+"attn.c_proj.bias"))
 			for i := range x[t] {
