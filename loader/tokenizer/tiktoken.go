@@ -20,8 +20,9 @@ import (
 
 // Tokenizers shipped as a tiktoken ranks file and a Python class instead
 // of a tokenizer.json: Moonshot's Kimi K2, Kimi-Linear and Moonlight
-// (TikTokenTokenizer over tiktoken.model) and Tencent's HunYuan
-// (HYTokenizer over hy.tiktoken). A ranks file holds one "base64 rank"
+// (TikTokenTokenizer over tiktoken.model), Tencent's HunYuan
+// (HYTokenizer over hy.tiktoken) and Alibaba's Qwen 1 (QWenTokenizer over
+// qwen.tiktoken). A ranks file holds one "base64 rank"
 // line per token; the pre-tokenizer pattern and the special tokens live
 // in the class's code, so each class is a flavour here, read from
 // tokenization_kimi.py / tokenization_moonshot.py and tokenization_hy.py.
@@ -93,6 +94,19 @@ var hySpecials = func() []string {
 	return s
 }()
 
+// qwenSpecialStart is the first special id of Qwen 1's QWenTokenizer:
+// SPECIAL_START_ID, the size of its qwen.tiktoken.
+const qwenSpecialStart = 151643
+
+// QWenTokenizer's special tokens, in id order from SPECIAL_START_ID.
+var qwenSpecials = func() []string {
+	s := []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
+	for i := range 205 {
+		s = append(s, fmt.Sprintf("<|extra_%d|>", i))
+	}
+	return s
+}()
+
 var tiktokenFlavors = []*tiktokenFlavor{
 	{
 		class: "TikTokenTokenizer", file: "tiktoken.model", pattern: kimiPattern, kimiChunks: true,
@@ -106,6 +120,26 @@ var tiktokenFlavors = []*tiktokenFlavor{
 					content = a.Content
 				}
 				out[i] = rawAddedToken{ID: json.Number(strconv.Itoa(id)), Content: content, Special: true}
+			}
+			return out, nil
+		},
+	},
+	{
+		// Qwen 1 (Qwen-7B, -14B, -72B, -1.8B and their chat models,
+		// Qwen-VL's language model): tokenization_qwen.py reads the
+		// file's ranks, puts the text in NFC and lets tiktoken find the
+		// special tokens in it; the class has no BOS, and its end of
+		// text (eod_id) is <|endoftext|>.
+		class: "QWenTokenizer", file: "qwen.tiktoken", pattern: patternQwen2, nfc: true,
+		eos: "<|endoftext|>",
+		specials: func(base int, _ *tiktokenConfig) ([]rawAddedToken, error) {
+			if base != qwenSpecialStart {
+				return nil, fmt.Errorf("%d tokens; QWenTokenizer's special tokens start at id %d, so its ranks file has %d", base, qwenSpecialStart, qwenSpecialStart)
+			}
+			norm := true
+			out := make([]rawAddedToken, len(qwenSpecials))
+			for i, s := range qwenSpecials {
+				out[i] = rawAddedToken{ID: json.Number(strconv.Itoa(base + i)), Content: s, Special: true, Normalized: &norm}
 			}
 			return out, nil
 		},

@@ -497,6 +497,78 @@ func TestTiktokenHunYuan(t *testing.T) {
 	}
 }
 
+// TestTiktokenQwen loads Qwen 1's qwen.tiktoken: the file's own ranks
+// (two of its lines swapped), the text in NFC, its 208 special
+// tokens from id 151,643, <|endoftext|> the end of text and no BOS.
+func TestTiktokenQwen(t *testing.T) {
+	byRank := trainRanks(t, patternQwen2, 300)
+	for i := 0; len(byRank) < qwenSpecialStart; i++ { // tokens of byte 0xff, which no UTF-8 text holds
+		byRank = append(byRank, []byte{0xfe, byte(i >> 16), byte(i >> 8), byte(i)})
+	}
+	dir := t.TempDir()
+	var b strings.Builder
+	for r := range byRank { // the rank column, not the line, numbers a token: two lines swapped
+		q := r
+		switch r {
+		case 280:
+			q = 281
+		case 281:
+			q = 280
+		}
+		fmt.Fprintf(&b, "%s %d\n", base64.StdEncoding.EncodeToString(byRank[q]), q)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "qwen.tiktoken"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeJSONFile(t, filepath.Join(dir, "tokenizer_config.json"), map[string]any{
+		"model_max_length": 8192,
+		"auto_map":         map[string]any{"AutoTokenizer": []any{"tokenization_qwen.QWenTokenizer", nil}},
+	})
+	tok, err := LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := len(byRank)
+	specials := map[string]int{}
+	for i, s := range qwenSpecials {
+		specials[s] = base + i
+	}
+	if got := tok.VocabSize(); got != base+208 {
+		t.Errorf("VocabSize = %d, want %d", got, base+208)
+	}
+	if id, ok := tok.EOS(); !ok || id != base {
+		t.Errorf("EOS = %d, %v; want %d", id, ok, base)
+	}
+	if id, ok := tok.BOS(); ok {
+		t.Errorf("BOS = %d; QWenTokenizer has none", id)
+	}
+	texts := append(strings.Split(tiktokenCorpus, "\n"), tiktokenTexts([]string{"<|im_start|>", "<|im_end|>", "<|extra_204|>", "<|endoftext|>"}, 300)...)
+	for _, text := range texts {
+		want := refTiktoken(t, patternQwen2, byRank, specials, norm.NFC.String(text))
+		got, err := tok.Encode(text, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("Encode(%q)\n got %v\nwant %v", text, got, want)
+		}
+	}
+	if got := mustEncode(t, tok, "<|im_start|>user\nhi<|im_end|>"); got[0] != base+1 || got[len(got)-1] != base+2 {
+		t.Errorf("ChatML markers: %v", got)
+	}
+	// Another size is refused.
+	var short strings.Builder
+	for r, tok := range byRank[:qwenSpecialStart-1] {
+		fmt.Fprintf(&short, "%s %d\n", base64.StdEncoding.EncodeToString(tok), r)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "qwen.tiktoken"), []byte(short.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), "151642 tokens") {
+		t.Errorf("a file of 151,642 tokens: %v", err)
+	}
+}
+
 func mustEncode(t *testing.T, tok *Tokenizer, text string) []int {
 	t.Helper()
 	ids, err := tok.Encode(text, false)
