@@ -60,6 +60,7 @@ import (
 	_ "github.com/tputool/tputool/pipeline/opt"          // OPTForCausalLM (OPT, Galactica)
 	_ "github.com/tputool/tputool/pipeline/phi"          // PhiForCausalLM (Phi-1, 1.5, 2)
 	_ "github.com/tputool/tputool/pipeline/phi3"         // Phi3ForCausalLM, PhimoeForCausalLM (PhiMoEForCausalLM)
+	_ "github.com/tputool/tputool/pipeline/qwen1"        // QWenLMHeadModel (Qwen 1)
 	_ "github.com/tputool/tputool/pipeline/qwen2"        // Qwen2ForCausalLM
 	_ "github.com/tputool/tputool/pipeline/qwen2vl"      // Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, Qwen2.5-Omni (text)
 	_ "github.com/tputool/tputool/pipeline/qwen3"        // Qwen3ForCausalLM
