@@ -389,14 +389,17 @@ func loadSPModel(dir string) (t *Tokenizer, ok bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
+	data, err := readMaybeGzip(path, maxSPModelBytes)
+	if err != nil {
+		return nil, false, err
+	}
+	if looksLikeRanks(data) {
+		return nil, false, errs.Unsupportedf("%s holds tiktoken ranks (base64 tokens and ranks, one a line), not a SentencePiece model; tputool reads the ranks files of %s", path, tiktokenFiles())
+	}
 	llama := spLlamaClasses[cfg.Class]
 	if !llama && !spNativeClasses[cfg.Class] {
 		return nil, false, errs.Unsupportedf("%s: a SentencePiece model of tokenizer class %q without a tokenizer.json; tputool converts those of %s and of the remote-code classes that call SentencePiece directly (%s), as other classes change the vocabulary or the steps around the model",
 			path, cfg.Class, strings.Join(sortedKeys(spLlamaClasses), ", "), strings.Join(sortedKeys(spNativeClasses)[1:], ", "))
-	}
-	data, err := readMaybeGzip(path, maxSPModelBytes)
-	if err != nil {
-		return nil, false, err
 	}
 	m, err := parseSPModel(data)
 	if err != nil {
@@ -535,4 +538,25 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// looksLikeRanks reports a tiktoken ranks file, which some repositories
+// name tokenizer.model (Llama 3's original release): its first line is a
+// base64 token, a space and a rank. A serialized ModelProto starts with
+// its first piece's tag, 0x0a.
+func looksLikeRanks(data []byte) bool {
+	line, _, _ := bytes.Cut(data[:min(len(data), 1024)], []byte{'\n'})
+	tok, rank, ok := bytes.Cut(bytes.TrimRight(line, "\r"), []byte{' '})
+	if !ok || len(tok) == 0 || len(rank) == 0 {
+		return false
+	}
+	if _, err := base64.StdEncoding.DecodeString(string(tok)); err != nil {
+		return false
+	}
+	for _, c := range rank {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -192,6 +192,15 @@ func TestSPModelAddedTokens(t *testing.T) {
 	if dec := tk.Decode([]int{7, 5, 4}, false); dec != "abba" {
 		t.Errorf("decode %q", dec)
 	}
+	// A tiktoken ranks file under the name (Llama 3's original release)
+	// is named as such.
+	ranks := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ranks, "tokenizer.model"), []byte("IQ== 0\nIg== 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDir(ranks); err == nil || !strings.Contains(err.Error(), "holds tiktoken ranks") {
+		t.Errorf("a ranks file named tokenizer.model: %v", err)
+	}
 	// A tokenizer.json beside it wins, as in transformers.
 	data, err := readMaybeGzip(filepath.Join("testdata", "tokenizers", "llama2", "tokenizer.json.gz"), maxFileBytes)
 	if err != nil {
