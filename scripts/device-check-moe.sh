@@ -30,7 +30,7 @@
 #      Falcon-H1, a tiny FalconMamba, a tiny Jamba, a tiny Bamba, a tiny
 #      Gemma 3n, a tiny Zamba2, a tiny Ling 2.0, a tiny SmallThinker, a
 #      tiny Pythia, a tiny GPT-J, a tiny GPT-2, a tiny GPT-Neo, a tiny
-#      EXAONE 3.5, a tiny InternLM 2.5, a tiny Baichuan 2, a tiny MiniCPM4, a tiny Qwen 1, a tiny Mamba-2, a tiny StarCoder, a tiny
+#      EXAONE 3.5, a tiny InternLM 2.5, a tiny Baichuan 2, a tiny MiniCPM4, a tiny Qwen 1, a tiny OPT-350M, a tiny Mamba-2, a tiny StarCoder, a tiny
 #      BLOOM, a tiny OPT, a tiny Falcon-40B, a tiny Falcon-RW, a tiny
 #      DBRX, a
 #      tiny DeepSeek MoE, a tiny Arctic, a tiny Kimi Linear, a tiny
@@ -680,6 +680,13 @@ cat >"$work/qwen1.json" <<'EOF'
  "rotary_emb_base": 10000, "use_dynamic_ntk": true, "use_logn_attn": true, "seq_length": 512, "max_position_embeddings": 1024,
  "scale_attn_weights": true, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}
 EOF
+# A tiny OPT-350M: LayerNorms after each residual add, no final
+# LayerNorm, embeddings half the hidden size projected in and out.
+cat >"$work/opt350m.json" <<'EOF'
+{"architectures": ["OPTForCausalLM"], "model_type": "opt", "vocab_size": 512, "hidden_size": 64, "num_attention_heads": 4,
+ "num_hidden_layers": 3, "ffn_dim": 160, "do_layer_norm_before": false, "word_embed_proj_dim": 32, "activation_function": "relu",
+ "max_position_embeddings": 512, "enable_bias": true, "bos_token_id": 2, "eos_token_id": 2}
+EOF
 # A tiny StarCoder (GPTBigCode): GPT-2's block with Linear matrices and
 # one key and value head (multi_query).
 cat >"$work/starcoder.json" <<'EOF'
@@ -814,7 +821,7 @@ cat >"$work/axk1.json" <<'EOF'
 EOF
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 2 8 false false)" >"$work/gemma4-e.json"
 printf '{"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": %s}\n' "$(g4text 0 null true true)" >"$work/gemma4-moe.json"
-for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj gpt2 gptneo exaone internlm2 baichuan2 minicpm qwen1 mamba2 starcoder bloom opt falcon falconrw dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01 longcat axk1 exaonemoe ernievl solaropen; do
+for fam in gptoss gemma4-e gemma4-moe qwen3next mixtral deepseek glm minimax olmoe deepseek2 ernie dots granitemoe llama4 granitehybrid nemotronh lfm2moe qwen3vlmoe phimoe phi3 afmoe smollm3 olmo3 ministral3 ministral3-fp8 exaone4 glm4 cohere2 apertus olmo1 granitemoeshared flexolmo bitnet hunyuanmoe falconh1 falconmamba jamba bamba gemma3n zamba2 ling smallthinker pythia gptj gpt2 gptneo exaone internlm2 baichuan2 minicpm qwen1 opt350m mamba2 starcoder bloom opt falcon falconrw dbrx deepseekv1 arctic kimilinear deepseekv32 minimax01 longcat axk1 exaonemoe ernievl solaropen; do
 	mkdir -p "$work/$fam"
 	dtype=F32
 	[ "$fam" = gptoss ] && dtype=BF16 # as released: MXFP4 experts, the rest bf16

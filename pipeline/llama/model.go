@@ -86,6 +86,20 @@ type Options struct {
 	// attention_multiplier, residual_multiplier and logits_scaling); 0
 	// leaves each as Llama has it.
 	EmbedScale, AttnScale, ResidualScale, LogitsDivisor float64
+	// PostLN normalizes after each residual add instead of before each
+	// sublayer (OPT-350M's do_layer_norm_before false): x =
+	// PreAttn(x + attn(x)), then x = PreMLP(x + mlp(x)), with the norms
+	// Norms.PreAttn and Norms.PreMLP name; not with Parallel.
+	// NoFinalNorm leaves out the final norm (OPT's decoder without
+	// final_layer_norm).
+	PostLN, NoFinalNorm bool
+	// EmbedProj, when not 0, is the embedding's width where it differs
+	// from the hidden size (OPT-350M's word_embed_proj_dim):
+	// model.embed_tokens.weight [vocab, EmbedProj], projected in by
+	// model.project_in.weight [hidden, EmbedProj] and out before the head
+	// by model.project_out.weight [EmbedProj, hidden]; the head is
+	// [vocab, EmbedProj] (tied: the embedding).
+	EmbedProj int
 	// AttnScaleByLayer divides layer i's score scale (AttnScale, or
 	// 1/√head_dim) by i + 1 (GPT-2's scale_attn_by_inverse_layer_idx,
 	// Stanford CRFM's models); every layer is then a variant of its own
@@ -259,6 +273,9 @@ func NewModel(o Options) *Model {
 		o.Norms = LlamaNorms
 	}
 	o.MLPBias = o.MLPBias && !o.FusedGateUp
+	if o.PostLN && o.Parallel { // the architectures' resolvers never set both
+		panic("llama: PostLN with Parallel")
+	}
 	if o.QKVPerHead && !o.FusedQKV { // the architectures' resolvers never set it so
 		panic("llama: QKVPerHead needs FusedQKV")
 	}
@@ -293,6 +310,10 @@ func (m *Model) LayerState(i int, batch, cacheLen int) []lm.StateSpec {
 // EmbedWeights implements lm.Model.
 func (m *Model) EmbedWeights() []lm.WeightSpec {
 	s := &m.o.Spec
+	if e := m.o.EmbedProj; e > 0 {
+		return []lm.WeightSpec{{Name: "model.embed_tokens.weight", Shape: []int{s.VocabSize, e}, Matmul: true},
+			{Name: "model.project_in.weight", Shape: []int{s.Hidden, e}, Matmul: true}}
+	}
 	return []lm.WeightSpec{{Name: "model.embed_tokens.weight", Shape: []int{s.VocabSize, s.Hidden}, Matmul: true}}
 }
 
@@ -304,7 +325,13 @@ func (m *Model) HeadWeights() []lm.WeightSpec {
 	if s.TieEmbeddings {
 		head, tp = "model.embed_tokens.weight", lm.Replicated
 	}
-	ws := append(m.FinalWeights(), lm.WeightSpec{Name: head, Shape: []int{s.VocabSize, s.Hidden}, Matmul: true, TP: tp})
+	width := s.Hidden
+	ws := m.FinalWeights()
+	if e := m.o.EmbedProj; e > 0 {
+		width = e
+		ws = append(ws, lm.WeightSpec{Name: "model.project_out.weight", Shape: []int{e, s.Hidden}, Matmul: true})
+	}
+	ws = append(ws, lm.WeightSpec{Name: head, Shape: []int{s.VocabSize, width}, Matmul: true, TP: tp})
 	if m.o.HeadBias {
 		ws = append(ws, lm.WeightSpec{Name: "lm_head.bias", Shape: []int{s.VocabSize}})
 	}
@@ -313,6 +340,9 @@ func (m *Model) HeadWeights() []lm.WeightSpec {
 
 // FinalWeights implements lm.FinalWeighter: the final norm.
 func (m *Model) FinalWeights() []lm.WeightSpec {
+	if m.o.NoFinalNorm {
+		return nil
+	}
 	return m.normWeights(m.finalNorm())
 }
 
@@ -512,6 +542,9 @@ func optional(p *lm.Params, enabled bool, name string) *Node {
 // Embed implements lm.Model: LlamaModel.embed_tokens.
 func (m *Model) Embed(w *lm.Params, tokens *Node) *Node {
 	x := nn.Embedding(w.Get("model.embed_tokens.weight"), tokens) // [B, T, H]
+	if m.o.EmbedProj > 0 {                                        // [B, T, EmbedProj] → [B, T, H]
+		x = nn.Linear(x, w.Get("model.project_in.weight"), nil)
+	}
 	if s := m.o.EmbedScale; s != 0 && s != 1 {
 		x = MulScalar(x, s)
 	}
@@ -535,6 +568,13 @@ func (m *Model) Residual(h *Node) *Node {
 func (m *Model) Layer(i int, w *lm.Params, x *Node, state []*Node, step *lm.Step) (*Node, []*Node) {
 	if i == 0 && m.o.Positions.Rows > 0 {
 		x = m.addPositions(w, x, step)
+	}
+	if m.o.PostLN { // OPT-350M: each norm after its residual add
+		p := w.Scope(fmt.Sprintf("model.layers.%d", i))
+		a, c := m.attention(i, p.Scope("self_attn"), x, nn.KVOf(state), step)
+		x = m.norm(p, m.o.Norms.PreAttn, Add(x, a))
+		x = m.norm(p, m.o.Norms.PreMLP, Add(x, m.mlp(p.Scope("mlp"), x)))
+		return x, c.State()
 	}
 	if m.o.Parallel {
 		p := w.Scope(fmt.Sprintf("model.layers.%d", i))
@@ -807,12 +847,18 @@ var _ lm.FinalWeighter = (*Model)(nil)
 
 // Final implements lm.Finisher: the final norm.
 func (m *Model) Final(w *lm.Params, x *Node) *Node {
+	if m.o.NoFinalNorm {
+		return x
+	}
 	return m.norm(w, m.finalNorm(), x)
 }
 
 // Head implements lm.Model: the final norm and lm_head.
 func (m *Model) Head(w *lm.Params, x *Node) *Node {
 	x = m.Final(w, x)
+	if m.o.EmbedProj > 0 {
+		x = nn.Linear(x, w.Get("model.project_out.weight"), nil)
+	}
 	name := "lm_head.weight"
 	if m.o.Spec.TieEmbeddings {
 		name = "model.embed_tokens.weight"

@@ -14,17 +14,18 @@
 // names are read as Llama's (lm.Renamer), under model.decoder. or the
 // first uploads' decoder.
 //
-// Refused, each naming its field: the post-LayerNorm block
-// (do_layer_norm_before false: OPT-350M), embeddings narrower than the
-// decoder (word_embed_proj_dim, with its project_in and project_out:
-// OPT-350M again), and a decoder without its final LayerNorm
-// (_remove_final_layer_norm).
+// OPT-350M differs in two ways, both read: do_layer_norm_before false
+// norms after each residual add, and the decoder then has no final
+// LayerNorm (llama.Options.PostLN, NoFinalNorm; _remove_final_layer_norm
+// leaves it out too); word_embed_proj_dim narrower than the decoder
+// projects the embeddings in (project_in) and the decoder's output out
+// (project_out) before the tied head (llama.Options.EmbedProj).
 package opt
 
 import (
+	"fmt"
 	"strings"
 
-	"github.com/tputool/tputool/internal/errs"
 	"github.com/tputool/tputool/loader/config"
 	"github.com/tputool/tputool/pipeline/llama"
 	"github.com/tputool/tputool/pipeline/lm"
@@ -70,13 +71,8 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 		return llama.Options{}, err
 	}
 	hidden := lm.Or(c.HiddenSize, Defaults.Hidden)
-	switch {
-	case !lm.Or(c.DoLayerNormBefore, true):
-		return llama.Options{}, errs.Unsupportedf("%s: do_layer_norm_before false (the LayerNorms after each sublayer's residual, OPT-350M's) is not supported", where)
-	case c.WordEmbedProjDim != nil && *c.WordEmbedProjDim != hidden:
-		return llama.Options{}, errs.Unsupportedf("%s: word_embed_proj_dim %d differs from hidden_size %d (embeddings projected in and out, OPT-350M's); not supported", where, *c.WordEmbedProjDim, hidden)
-	case c.RemoveFinalNorm:
-		return llama.Options{}, errs.Unsupportedf("%s: _remove_final_layer_norm true (a decoder without its final LayerNorm) is not supported", where)
+	if c.WordEmbedProjDim != nil && *c.WordEmbedProjDim <= 0 {
+		return llama.Options{}, fmt.Errorf("%s: word_embed_proj_dim must be positive, got %d", where, *c.WordEmbedProjDim)
 	}
 	c.IntermediateSize = c.FFNDim // OPTConfig reads ffn_dim, not intermediate_size
 	c.HiddenAct = c.ActivationFunc
@@ -94,6 +90,14 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	o.LayerNorm, o.UngatedMLP = true, true
 	o.NormNoParams = !lm.Or(c.ElementwiseAffine, true)
 	o.Norms = llama.Norms{PreAttn: "self_attn_layer_norm", PreMLP: "final_layer_norm"}
+	// OPTDecoderLayer with do_layer_norm_before false norms after each
+	// residual add; OPTDecoder then builds no final_layer_norm, as with
+	// _remove_final_layer_norm.
+	before := lm.Or(c.DoLayerNormBefore, true)
+	o.PostLN, o.NoFinalNorm = !before, !before || c.RemoveFinalNorm
+	if e := lm.Or(c.WordEmbedProjDim, hidden); e != hidden { // project_in and project_out around the decoder
+		o.EmbedProj = e
+	}
 	return o, nil
 }
 
@@ -134,6 +138,8 @@ func (m *Model) RenameWeight(stored string) string {
 		return "model.embed_tokens.weight"
 	case name == "embed_positions.weight":
 		return llama.PositionsWeight
+	case name == "project_in.weight", name == "project_out.weight":
+		return "model." + name
 	case strings.HasPrefix(name, "final_layer_norm."):
 		return "model.norm." + strings.TrimPrefix(name, "final_layer_norm.")
 	case strings.HasPrefix(name, "layers."):

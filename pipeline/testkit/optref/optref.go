@@ -26,7 +26,28 @@ type OPT struct {
 	// NoBias is enable_bias false; NoAffine layer_norm_elementwise_affine
 	// false (LayerNorms without weight and bias).
 	NoBias, NoAffine bool
-	Seed             uint64
+	// PostLN is do_layer_norm_before false (OPT-350M's): each LayerNorm
+	// after its residual add, and no final LayerNorm.
+	PostLN bool
+	// EmbedDim, when not 0, is word_embed_proj_dim (OPT-350M's 512 under
+	// a hidden size of 1024): embed_tokens [vocab, EmbedDim], project_in
+	// and project_out around the decoder, the tied head EmbedDim wide.
+	EmbedDim int
+	Seed     uint64
+}
+
+// Tiny350M is a small OPT-350M: do_layer_norm_before false and
+// embeddings half the hidden size, under OPTForCausalLM's names.
+func Tiny350M() OPT {
+	return OPT{Vocab: 64, Hidden: 32, FFN: 80, Layers: 3, Heads: 4, Positions: 40, Prefix: "model.", PostLN: true, EmbedDim: 16, Seed: 152}
+}
+
+// embedDim is the embeddings' width.
+func (c OPT) embedDim() int {
+	if c.EmbedDim > 0 {
+		return c.EmbedDim
+	}
+	return c.Hidden
 }
 
 // Tiny is a small OPT: 3 layers, hidden 32, 4 heads, ffn_dim 80, a
@@ -44,7 +65,10 @@ type tensor struct {
 
 func (c OPT) tensors() []tensor {
 	H, p0 := c.Hidden, c.Prefix+"decoder."
-	out := []tensor{{p0 + "embed_tokens.weight", []int{c.Vocab, H}, "embed"}, {p0 + "embed_positions.weight", []int{c.Positions + 2, H}, "embed"}}
+	out := []tensor{{p0 + "embed_tokens.weight", []int{c.Vocab, c.embedDim()}, "embed"}, {p0 + "embed_positions.weight", []int{c.Positions + 2, H}, "embed"}}
+	if c.EmbedDim > 0 { // OPTDecoder's project_in and project_out, without biases
+		out = append(out, tensor{p0 + "project_in.weight", []int{H, c.EmbedDim}, "proj"}, tensor{p0 + "project_out.weight", []int{c.EmbedDim, H}, "proj"})
+	}
 	norm := func(p, name string) {
 		if !c.NoAffine {
 			out = append(out, tensor{p + name + ".weight", []int{H}, "norm"}, tensor{p + name + ".bias", []int{H}, "bias"})
@@ -66,7 +90,9 @@ func (c OPT) tensors() []tensor {
 		linear(p, "fc2", H, c.FFN)
 		norm(p, "final_layer_norm")
 	}
-	norm(p0, "final_layer_norm")
+	if !c.PostLN { // OPTDecoder builds its final_layer_norm only with do_layer_norm_before
+		norm(p0, "final_layer_norm")
+	}
 	return out
 }
 
@@ -76,8 +102,8 @@ func (c OPT) ConfigJSON() map[string]any {
 	return map[string]any{
 		"architectures": []string{"OPTForCausalLM"}, "model_type": "opt", "activation_function": "relu",
 		"vocab_size": c.Vocab, "hidden_size": c.Hidden, "ffn_dim": c.FFN, "num_hidden_layers": c.Layers,
-		"num_attention_heads": c.Heads, "max_position_embeddings": c.Positions, "do_layer_norm_before": true,
-		"word_embed_proj_dim": c.Hidden, "enable_bias": !c.NoBias, "layer_norm_elementwise_affine": !c.NoAffine,
+		"num_attention_heads": c.Heads, "max_position_embeddings": c.Positions, "do_layer_norm_before": !c.PostLN,
+		"word_embed_proj_dim": c.embedDim(), "enable_bias": !c.NoBias, "layer_norm_elementwise_affine": !c.NoAffine,
 		"dropout": 0.1, "attention_dropout": 0.0, "layerdrop": 0.0, "init_std": 0.02, "prefix": "</s>",
 		"bos_token_id": 2, "eos_token_id": 2, "pad_token_id": 1, "torch_dtype": "float32",
 	}
@@ -98,6 +124,8 @@ func (c OPT) Write(dir string) error {
 				return 1 + 0.2*u
 			case "bias":
 				return 0.3 * u
+			case "proj":
+				return u / math.Sqrt(float64(fan))
 			}
 			return 2 * u / math.Sqrt(float64(fan))
 		})
@@ -107,7 +135,7 @@ func (c OPT) Write(dir string) error {
 		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: v})
 	}
 	if c.StoredHead {
-		ts = append(ts, lmckpt.F32Tensor{Name: "lm_head.weight", Shape: []int{c.Vocab, c.Hidden}, Values: embed})
+		ts = append(ts, lmckpt.F32Tensor{Name: "lm_head.weight", Shape: []int{c.Vocab, c.embedDim()}, Values: embed})
 	}
 	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 2, "eos_token_id": 2, "pad_token_id": 1}, ts)
 }
@@ -117,8 +145,10 @@ type Model struct {
 	C OPT
 	W map[string][]float64
 	// Offset is a mutant for the tests: the row position p reads is p +
-	// 2 + Offset.
-	Offset int
+	// 2 + Offset. NormsBefore (with PostLN) is another: each LayerNorm
+	// before its sublayer, as do_layer_norm_before true has them.
+	Offset      int
+	NormsBefore bool
 }
 
 // Load reads a checkpoint Write wrote, checking every tensor's size.
@@ -155,10 +185,11 @@ func (m *Model) bias(name string, n int) []float64 {
 }
 
 // Logits runs tokens (positions 0, 1, ...) and returns the logits after
-// every token: embed_tokens + embed_positions[p + 2], each layer x +
-// out_proj(attn(self_attn_layer_norm(x))), then + fc2(relu(fc1(
-// final_layer_norm(x)))), then the decoder's final_layer_norm and the
-// head tied to embed_tokens.
+// every token: embed_tokens (through project_in) + embed_positions[p +
+// 2], each layer x + out_proj(attn(self_attn_layer_norm(x))), then +
+// fc2(relu(fc1(final_layer_norm(x)))) (with PostLN each LayerNorm on the
+// sum instead), then the decoder's final_layer_norm (none with PostLN),
+// project_out, and the head tied to embed_tokens.
 func (m *Model) Logits(tokens []int) [][]float64 {
 	c := m.C
 	H, D := c.Hidden, c.Hidden/c.Heads
@@ -176,19 +207,27 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 		return lmckpt.Linear64(x, m.get(name+".weight"), m.bias(name, n))
 	}
 	emb, pos := m.get("embed_tokens.weight"), m.get("embed_positions.weight")
+	E := c.embedDim()
 	x := make([][]float64, len(tokens))
 	for t, id := range tokens {
 		row := t + 2 + m.Offset
+		e := emb[id*E : (id+1)*E]
+		if c.EmbedDim > 0 {
+			e = lmckpt.Linear64(e, m.get("project_in.weight"), nil)
+		}
 		x[t] = make([]float64, H)
 		for i := range x[t] {
-			x[t][i] = emb[id*H+i] + pos[row*H+i]
+			x[t][i] = e[i] + pos[row*H+i]
 		}
 	}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("layers.%d.", l)
 		q, k, v := make([][][]float64, len(x)), make([][][]float64, len(x)), make([][][]float64, len(x))
 		for t := range x {
-			h := ln(x[t], p+"self_attn_layer_norm")
+			h := x[t]
+			if !c.PostLN || m.NormsBefore {
+				h = ln(x[t], p+"self_attn_layer_norm")
+			}
 			qa := lin(h, p+"self_attn.q_proj", H)
 			for i := range qa {
 				qa[i] *= math.Pow(float64(D), -0.5) // OPTAttention scales the queries
@@ -206,7 +245,14 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 			for i := range x[t] {
 				x[t][i] += a[i]
 			}
-			f := lin(ln(x[t], p+"final_layer_norm"), p+"fc1", c.FFN)
+			h := x[t]
+			if c.PostLN && !m.NormsBefore { // do_layer_norm_before false: the norm after the residual add
+				x[t] = ln(x[t], p+"self_attn_layer_norm")
+				h = x[t]
+			} else {
+				h = ln(x[t], p+"final_layer_norm")
+			}
+			f := lin(h, p+"fc1", c.FFN)
 			for i := range f {
 				f[i] = math.Max(f[i], 0)
 			}
@@ -214,11 +260,21 @@ func (m *Model) Logits(tokens []int) [][]float64 {
 			for i := range x[t] {
 				x[t][i] += y[i]
 			}
+			if c.PostLN && !m.NormsBefore {
+				x[t] = ln(x[t], p+"final_layer_norm")
+			}
 		}
 	}
 	out := make([][]float64, len(x))
 	for t := range x {
-		out[t] = lmckpt.Linear64(ln(x[t], "final_layer_norm"), emb, nil)
+		h := x[t]
+		if !c.PostLN {
+			h = ln(h, "final_layer_norm")
+		}
+		if c.EmbedDim > 0 {
+			h = lmckpt.Linear64(h, m.get("project_out.weight"), nil)
+		}
+		out[t] = lmckpt.Linear64(h, emb, nil)
 	}
 	return out
 }
