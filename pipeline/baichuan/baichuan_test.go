@@ -136,32 +136,52 @@ func TestConfig(t *testing.T) {
 }
 
 // TestNormHeadStoredQuantized checks that a Baichuan 2 whose lm_head is
-// stored in FP8 (with its block scales) is refused at load: its rows
+// stored quantized, in FP8 with its block scales or as GPTQ's packed
+// 4-bit words (no lm_head.weight at all), is refused at load: its rows
 // could not be normalized where an executor holds them as stored.
 func TestNormHeadStoredQuantized(t *testing.T) {
 	src := t.TempDir()
 	if err := baichuanref.Baichuan2_13B().Write(src); err != nil {
 		t.Fatal(err)
 	}
-	ts, cfg, err := lmckpt.Rewrap(src, func(n string) string { return n })
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, x := range ts {
-		if x.Name == "lm_head.weight" { // E4M3 zeros, one scale a block of 16 × 16
-			ts[i] = safetensors.Tensor{Name: x.Name, DType: safetensors.F8E4M3, Shape: x.Shape, Data: make([]byte, x.Shape[0]*x.Shape[1])}
-			scales := (x.Shape[0] / 16) * (x.Shape[1] / 16)
-			ts = append(ts, safetensors.Tensor{Name: "lm_head.weight_scale_inv", DType: safetensors.F32, Shape: []int{x.Shape[0] / 16, x.Shape[1] / 16}, Data: make([]byte, 4*scales)})
+	for _, c := range []struct {
+		format string
+		head   func(x safetensors.Tensor) []safetensors.Tensor
+		quant  map[string]any
+	}{
+		{"fp8", func(x safetensors.Tensor) []safetensors.Tensor { // E4M3 zeros, one scale a block of 16 × 16
+			out, in := x.Shape[0], x.Shape[1]
+			return []safetensors.Tensor{{Name: x.Name, DType: safetensors.F8E4M3, Shape: x.Shape, Data: make([]byte, out*in)},
+				{Name: "lm_head.weight_scale_inv", DType: safetensors.F32, Shape: []int{out / 16, in / 16}, Data: make([]byte, 4*(out/16)*(in/16))}}
+		}, map[string]any{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": []int{16, 16}}},
+		{"packed", func(x safetensors.Tensor) []safetensors.Tensor { // GPTQ: 4-bit words along the input, groups of 16
+			out, in := x.Shape[0], x.Shape[1]
+			return []safetensors.Tensor{{Name: "lm_head.qweight", DType: safetensors.I32, Shape: []int{in / 8, out}, Data: make([]byte, 4*in/8*out)},
+				{Name: "lm_head.qzeros", DType: safetensors.I32, Shape: []int{in / 16, out / 8}, Data: make([]byte, 4*in/16*out/8)},
+				{Name: "lm_head.scales", DType: safetensors.F16, Shape: []int{in / 16, out}, Data: make([]byte, 2*in/16*out)}}
+		}, map[string]any{"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": false, "sym": true, "checkpoint_format": "gptq"}},
+	} {
+		ts, cfg, err := lmckpt.Rewrap(src, func(n string) string { return n })
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	cfg["architectures"] = []string{baichuan.Architecture}
-	cfg["quantization_config"] = map[string]any{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": []int{16, 16}}
-	dir := t.TempDir()
-	if err := lmckpt.WriteCheckpoint(dir, cfg, ts); err != nil {
-		t.Fatal(err)
-	}
-	_, err = lmckpt.Load(dir)
-	if err == nil || !strings.Contains(err.Error(), "lm_head.weight is stored fp8") {
-		t.Errorf("load: %v", err)
+		var out []safetensors.Tensor
+		for _, x := range ts {
+			if x.Name == "lm_head.weight" {
+				out = append(out, c.head(x)...)
+			} else {
+				out = append(out, x)
+			}
+		}
+		cfg["architectures"] = []string{baichuan.Architecture}
+		cfg["quantization_config"] = c.quant
+		dir := t.TempDir()
+		if err := lmckpt.WriteCheckpoint(dir, cfg, out); err != nil {
+			t.Fatal(err)
+		}
+		_, err = lmckpt.Load(dir)
+		if err == nil || !strings.Contains(err.Error(), "lm_head.weight is stored "+c.format) {
+			t.Errorf("%s: load: %v", c.format, err)
+		}
 	}
 }

@@ -297,13 +297,17 @@ func (l *Loaded) check() error {
 		}
 	}
 	for _, w := range l.weights {
-		if !w.RowNormalized || !l.ckpt.Has(w.Name) {
+		if !w.RowNormalized {
 			continue
 		}
-		if _, how := l.encoding(w.Name); how != "normalized" {
-			return errs.Unsupportedf("checkpoint %s: %s is stored %s; tputool reads a weight whose rows the model normalizes (%s's) from a float tensor only",
-				l.Dir, w.Name, cmp.Or(how, "in another layout"), spec.Architecture)
+		// Quantized forms (GPTQ's qweight, compressed-tensors'
+		// weight_packed...) store no tensor under the weight's name.
+		_, how := l.encoding(w.Name)
+		if how == "normalized" || how == "" && !l.ckpt.Has(w.Name) { // absent: reported as missing
+			continue
 		}
+		return errs.Unsupportedf("checkpoint %s: %s is stored %s; tputool reads a weight whose rows the model normalizes (%s's) from a float tensor only",
+			l.Dir, w.Name, cmp.Or(how, "in another layout"), spec.Architecture)
 	}
 	problems := strict.Problems()
 	if len(problems) == 0 {
