@@ -13,13 +13,12 @@
 //     ResidualScale and LogitsDivisor, as Granite's multipliers).
 //
 // The head is tied by default (MiniCPMConfig's default; MiniCPM4 unties
-// it). rope_scaling longrope (MiniCPM4) is LongRoPE with its short factors
-// and its attention factor √(1 + ln(max / original) / ln(original)): the
-// code switches to the long factors once a sequence passes
-// original_max_position_embeddings, keeping the keys it cached before, so
-// tputool bounds the context there. MiniCPM4's sparse_config (InfLLM v2)
-// attends densely to sequences of up to its dense_len, where tputool
-// bounds the context too.
+// it). rope_scaling longrope (MiniCPM4) is MiniCPMLongRoPE: its factors
+// are chosen once, from max_position_embeddings: the long ones when it
+// passes original_max_position_embeddings, the short ones otherwise, at
+// every position, with cos and sin times √(1 + ln(max / original) /
+// ln(original)). MiniCPM4's sparse_config (InfLLM v2) attends densely to
+// sequences of up to its dense_len, where tputool bounds the context.
 package minicpm
 
 import (
@@ -84,9 +83,19 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 	o.EmbedScale = lm.Or(c.ScaleEmb, 1)
 	o.ResidualScale = lm.Or(c.ScaleDepth, 1) / math.Sqrt(float64(s.Layers))
 	o.LogitsDivisor = float64(s.Hidden) / lm.Or(c.DimModelBase, 1)
-	if r := o.Rope; r.LongInvFreq != nil { // the short factors only, up to the switch
-		r.LongInvFreq, r.LongAttentionFactor = nil, 0
-		s.MaxPositions, s.RopeSwitch = min(s.MaxPositions, r.LongAfter), 0
+	if r := o.Rope; r.LongInvFreq != nil {
+		// MiniCPMLongRoPE caches cos and sin for max_position_embeddings
+		// positions when it is built, with the long factors when that
+		// passes original_max_position_embeddings and the short ones
+		// otherwise, both times √(1 + ln(max / original) / ln(original));
+		// it computes them again only past max_position_embeddings.
+		orig := float64(r.LongAfter)
+		if s.MaxPositions > r.LongAfter {
+			r.InvFreq = r.LongInvFreq
+		}
+		r.AttentionFactor = math.Sqrt(1 + math.Log(float64(s.MaxPositions)/orig)/math.Log(orig))
+		r.LongInvFreq, r.LongAttentionFactor, r.LongAfter = nil, 0, 0
+		s.RopeSwitch = 0
 	}
 	if len(c.SparseConfig) > 0 && string(c.SparseConfig) != "null" {
 		var sc struct {

@@ -81,8 +81,8 @@ const minicpm2b = `{"_name_or_path": "openbmb/CPM-2B", "architectures": ["MiniCP
 
 // TestConfig reads MiniCPM 2B's config.json (2,724,880,896 parameters):
 // its μP scalings and the tied head (MiniCPMConfig's default); longrope's
-// short factors with the context bounded at the switch; sparse_config's
-// dense_len; the refusals.
+// factors chosen from max_position_embeddings, as MiniCPMLongRoPE caches
+// them; sparse_config's dense_len; the refusals.
 func TestConfig(t *testing.T) {
 	m, err := lm.New(lmckpt.ParseConfig(t, minicpm2b))
 	if err != nil {
@@ -108,11 +108,23 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The short factors divide the frequencies; the attention factor
-	// is √(1 + ln 2 / ln 32768).
+	// max_position_embeddings passes the original: the long factors
+	// divide the frequencies at every position; the attention factor is
+	// √(1 + ln 2 / ln 32768); dense_len bounds the context.
 	if r := o2.Rope; r.LongInvFreq != nil || o2.Spec.RopeSwitch != 0 || o2.Spec.MaxPositions != 8192 ||
-		math.Abs(r.InvFreq[3]*short[3]*math.Pow(10000, 6.0/32)-1) > 1e-12 || math.Abs(r.AttentionFactor-math.Sqrt(1+math.Log(2)/math.Log(32768))) > 1e-12 {
-		t.Errorf("longrope: %+v, spec %+v", o2.Rope, o2.Spec)
+		math.Abs(r.InvFreq[3]*long[3]*math.Pow(10000, 6.0/32)-1) > 1e-12 || math.Abs(r.AttentionFactor-math.Sqrt(1+math.Log(2)/math.Log(32768))) > 1e-12 {
+		t.Errorf("longrope past the original: %+v, spec %+v", o2.Rope, o2.Spec)
+	}
+	// Equal to it: the short factors, a factor of 1, the whole context.
+	o3, err := minicpm.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["MiniCPMForCausalLM"], "hidden_size": 128, "num_attention_heads": 4,
+		"max_position_embeddings": 32768, "rope_scaling": {"rope_type": "longrope", "short_factor": `+floats(short)+`, "long_factor": `+floats(long)+`,
+		"original_max_position_embeddings": 32768}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := o3.Rope; r.LongInvFreq != nil || o3.Spec.RopeSwitch != 0 || o3.Spec.MaxPositions != 32768 ||
+		math.Abs(r.InvFreq[3]*short[3]*math.Pow(10000, 6.0/32)-1) > 1e-12 || r.AttentionFactor != 1 {
+		t.Errorf("longrope at the original: %+v, spec %+v", o3.Rope, o3.Spec)
 	}
 	for cfg, want := range map[string]string{
 		`{"architectures": ["MiniCPMForCausalLM"], "use_mup": false}`:              "use_mup false",
