@@ -23,8 +23,10 @@ The expected ids follow what transformers does with such a folder:
   slow class adds one there); a copy of the model without the prefix
   encodes the others.
 - other classes (the remote-code tokenizers that call SentencePiece
-  directly, or no tokenizer_config.json): SentencePiece on each piece
-  between added tokens, with the model's own normalizer; BOS first.
+  directly, or no tokenizer_config.json): the text split at the special
+  tokens the slow class registers (BOS, EOS and the unknown piece), and
+  SentencePiece on each piece between them, which reads a control piece
+  in the text as text and a user-defined one as one piece; BOS first.
 """
 import gzip, json, os, random, re, tempfile
 
@@ -57,7 +59,7 @@ texts = [
     "unknown ☃ snowman and 😀 emoji", "数字 123 和 中文", "Ünïcödé café naïve résumé", "ｈｅｌｌｏ ｗｏｒｌｄ",
     "numbers 3.14159 and 42 and 100000", "punctuation!!! ??? ... ,,,", "MiXeD CaSe WoRdS",
     "ﬁne ﬂow ① ™ x²", "end with space ", "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",
-    "a<|im_end|>b", "<s>hello</s> world", "zero\u200bwidth non\u00a0breaking",
+    "a<|im_end|>b", "<s>hello</s> world", "zero\u200bwidth non\u00a0breaking", "typed <reserved_1> control",
 ]
 
 CASES = [
@@ -121,9 +123,12 @@ def main():
         nopre.CopyFrom(proto)
         nopre.normalizer_spec.add_dummy_prefix = False
         sp_nopre = spm.SentencePieceProcessor(model_proto=nopre.SerializeToString())
-        added = {p.piece: i for i, p in enumerate(proto.pieces) if p.type in (3, 4)}
         cfg_ = cfg or {}
         llama = cfg_.get("tokenizer_class") == "LlamaTokenizer"
+        if llama:  # LlamaConverter adds every control and user-defined piece
+            added = {p.piece: i for i, p in enumerate(proto.pieces) if p.type in (3, 4)}
+        else:  # the slow class splits at its special tokens only; SentencePiece reads the rest
+            added = {proto.pieces[i].piece: i for i in (sp.bos_id(), sp.eos_id(), sp.unk_id()) if i >= 0}
         nonlegacy = llama and cfg_.get("legacy") is False
         add_bos = cfg_.get("add_bos_token", True)
         add_eos = cfg_.get("add_eos_token", False)

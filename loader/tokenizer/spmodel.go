@@ -48,9 +48,14 @@ const (
 	maxSPModelBytes = 64 << 20
 	// maxSPPieceBytes bounds the pieces BPE merges are made of (the
 	// trainer's max_sentencepiece_length is 16 characters by default and
-	// at most 512), so that finding every piece's splits stays linear in
-	// the file's size.
+	// at most 512).
 	maxSPPieceBytes = 1 << 10
+	// maxSPMergeWork bounds the sum of those pieces' lengths squared: the
+	// bytes that finding every piece's splits hashes, and a bound on the
+	// bytes the merges hold. Llama 2's 32,000 pieces come to about 1e6;
+	// a hostile file of long pieces would otherwise take seconds and
+	// gigabytes.
+	maxSPMergeWork = 1 << 27
 )
 
 // SentencePiece piece types (sentencepiece_model.proto).
@@ -300,18 +305,29 @@ func (m *spModel) pieceAt(id int32) string {
 // piece's score, stably. (Later transformers releases break ties in
 // score by the parts' lengths; the releases' files do not.)
 // SentencePiece merges the adjacent pair whose union scores highest, so
-// rank and score agree. Pieces SentencePiece never merges into
-// (control, unknown and byte pieces) give no merge, nor do user-defined
-// ones, which the text is split at before the model sees it.
-func (m *spModel) spMerges(vocab map[string]int) []string {
+// rank and score agree. Pieces of the types skip names give no merge:
+// none for LlamaConverter, which merges into every piece; for
+// SentencePiece's own reading the control, unknown and byte pieces,
+// which it never merges into. It refuses a model whose pieces' lengths
+// squared pass maxSPMergeWork.
+func (m *spModel) spMerges(vocab map[string]int, skip func(typ int32) bool) ([]string, error) {
+	work := 0
+	for _, p := range m.pieces {
+		if !skip(p.typ) {
+			work += len(p.piece) * len(p.piece)
+		}
+	}
+	if work > maxSPMergeWork {
+		return nil, fmt.Errorf("pieces whose lengths squared sum to %d, past %d (a piece's splits are indexed for its merges)", work, maxSPMergeWork)
+	}
 	type merge struct {
 		l, r  string
 		score float32
 	}
 	var merges []merge
 	for _, p := range m.pieces {
-		if p.typ != spNormal && p.typ != spUnused {
-			continue // control, unknown, byte, and user-defined pieces (added tokens, split off first)
+		if skip(p.typ) {
+			continue
 		}
 		start := len(merges)
 		for i := range p.piece {
@@ -331,13 +347,22 @@ func (m *spModel) spMerges(vocab map[string]int) []string {
 			return cmp.Or(cmp.Compare(vocab[a.l], vocab[b.l]), cmp.Compare(vocab[a.r], vocab[b.r]))
 		})
 	}
+	if len(merges) > maxMerges {
+		return nil, fmt.Errorf("%d merges, more than %d", len(merges), maxMerges)
+	}
 	slices.SortStableFunc(merges, func(a, b merge) int { return cmp.Compare(b.score, a.score) })
 	out := make([]string, len(merges))
 	for i, mg := range merges {
 		out[i] = mg.l + " " + mg.r
 	}
-	return out
+	return out, nil
 }
+
+// spSkipNone and spSkipReserved are spMerges' skip for LlamaConverter and
+// for SentencePiece's own reading.
+func spSkipNone(int32) bool { return false }
+
+func spSkipReserved(typ int32) bool { return typ == spControl || typ == spUnknown || typ == spByte }
 
 // spModelPath finds a folder's SentencePiece model file, "" when it has
 // none.
@@ -360,10 +385,13 @@ func spModelPath(dir string) string {
 //     the pieces' scores, or a BPE model whose merges follow the scores
 //     (spMerges), with the trainer's unknown piece (consecutive unknowns
 //     fused) and byte fallback;
-//   - control pieces are special added tokens and user-defined pieces
-//     added ones, so the text is split at them first, with the special
-//     tokens tokenizer_config.json and special_tokens_map.json name and
-//     added_tokens.json's (slowSpecials);
+//   - the special tokens tokenizer_config.json and
+//     special_tokens_map.json name and added_tokens.json's are added
+//     tokens (slowSpecials), which the text is split at first; for
+//     LlamaTokenizer's classes so are the control pieces (special) and
+//     the user-defined ones, while for the others a control piece typed
+//     in the text is text and a user-defined one a piece where it
+//     stands, as SentencePiece reads them;
 //   - LlamaTokenizer's classes (spLlamaClasses) take LlamaConverter's
 //     pipeline: with legacy (the default) a normalizer that prepends "▁"
 //     (unless add_prefix_space is false) and turns spaces into "▁";
@@ -428,9 +456,22 @@ func loadSPModel(dir string) (t *Tokenizer, ok bool, err error) {
 	for _, a := range added {
 		have[a.Content] = true
 	}
+	// LlamaConverter adds every control and user-defined piece, split
+	// from the text before it is normalized. SentencePiece itself (the
+	// remote-code slow classes, which split only at the tokens the
+	// configs name) reads a control piece typed in the text as text, and
+	// a user-defined piece as one piece where it stands in the text, the
+	// dummy prefix and the normalizer unchanged around it: an "inline"
+	// added token, matched in the normalized text (below).
+	inline := map[string]bool{}
 	for i, p := range m.pieces {
-		if (p.typ == spControl || p.typ == spUserDefined) && !have[p.piece] {
+		switch {
+		case have[p.piece]:
+		case llama && (p.typ == spControl || p.typ == spUserDefined):
 			added = append(added, addedTokenJSON{ID: i, Content: p.piece, Special: p.typ == spControl})
+		case !llama && p.typ == spUserDefined:
+			added = append(added, addedTokenJSON{ID: i, Content: p.piece, Normalized: true})
+			inline[p.piece] = true
 		}
 	}
 	slices.SortFunc(added, func(a, b addedTokenJSON) int { return a.ID - b.ID })
@@ -481,9 +522,17 @@ func loadSPModel(dir string) (t *Tokenizer, ok bool, err error) {
 		}
 		model = map[string]any{"type": "Unigram", "unk_id": m.unkID, "vocab": pieces, "byte_fallback": byteFallback}
 	} else {
+		skip := spSkipReserved
+		if llama {
+			skip = spSkipNone
+		}
+		merges, err := m.spMerges(vocab, skip)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: %w", path, err)
+		}
 		model = map[string]any{
 			"type": "BPE", "dropout": nil, "unk_token": unk, "continuing_subword_prefix": nil, "end_of_word_suffix": nil,
-			"fuse_unk": true, "byte_fallback": byteFallback, "vocab": vocab, "merges": m.spMerges(vocab),
+			"fuse_unk": true, "byte_fallback": byteFallback, "vocab": vocab, "merges": merges,
 		}
 	}
 	var norm any
@@ -506,6 +555,20 @@ func loadSPModel(dir string) (t *Tokenizer, ok bool, err error) {
 	t, err = Parse(raw.Bytes())
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(inline) > 0 { // matched in the normalized text as they stand, spaces escaped
+		var list []*addedToken
+		for _, a := range t.added {
+			if inline[a.content] {
+				list = append(list, a)
+			}
+		}
+		t.normAdded = newAddedMatcher(list, func(a *addedToken) string {
+			if m.escapeWS {
+				return strings.ReplaceAll(a.content, " ", "▁")
+			}
+			return a.content
+		})
 	}
 	for _, f := range []struct {
 		raw json.RawMessage

@@ -129,8 +129,20 @@ func TestParseSPModel(t *testing.T) {
 		vocab[p.piece] = i
 	}
 	// ▁ab scores below ab: "a b" comes first; "<s>" splits into no pieces.
-	if got := m.spMerges(vocab); !slices.Equal(got, []string{"a b", "▁ ab"}) {
-		t.Errorf("merges %q", got)
+	if got, err := m.spMerges(vocab, spSkipNone); err != nil || !slices.Equal(got, []string{"a b", "▁ ab"}) {
+		t.Errorf("merges %q, %v", got, err)
+	}
+	// Long pieces: their splits' work is bounded, the file named.
+	var long []byte
+	for i := range 1024 {
+		long = append(long, pbPiece(strings.Repeat("x", i+1), -float32(i), 1)...)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.model"), append(tinySPModel(), long...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), "lengths squared") || !strings.Contains(err.Error(), "tokenizer.model") {
+		t.Errorf("1024 pieces of up to 1024 bytes: %v", err)
 	}
 	for _, c := range []struct {
 		name string
@@ -235,7 +247,8 @@ func FuzzParseSPModel(f *testing.F) {
 		for i, p := range m.pieces {
 			vocab[p.piece] = i
 		}
-		m.spMerges(vocab)
+		m.spMerges(vocab, spSkipNone)
+		m.spMerges(vocab, spSkipReserved)
 	})
 }
 
@@ -293,7 +306,7 @@ func TestSPModelLlama2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := m.spMerges(tj.Model.Vocab); !slices.Equal(got, tj.Model.Merges) {
+	if got, err := m.spMerges(tj.Model.Vocab, spSkipNone); err != nil || !slices.Equal(got, tj.Model.Merges) {
 		n := 0
 		for n < min(len(got), len(tj.Model.Merges)) && got[n] == tj.Model.Merges[n] {
 			n++
