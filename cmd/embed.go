@@ -289,8 +289,8 @@ func embedRun(ctx context.Context, opts *EmbedOptions) error {
 	}
 	defer loaded.Close()
 	spec := loaded.Model.Spec()
-	if opts.Dimensions > spec.Hidden {
-		return errs.Usagef("--dimensions %d: the model's vectors have %d values", opts.Dimensions, spec.Hidden)
+	if width := lm.FinalWidth(loaded.Model); opts.Dimensions > width {
+		return errs.Usagef("--dimensions %d: the model's vectors have %d values", opts.Dimensions, width)
 	}
 	// sentence-transformers cuts inputs to its max_seq_length: the
 	// content, the special tokens kept (Tokenizer.Truncate).

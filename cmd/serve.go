@@ -612,7 +612,7 @@ func serveRun(ctx context.Context, opts *ServeOptions) error {
 		MaxContext:     maxContext,
 		VocabSize:      spec.VocabSize,
 		TokenTypes:     spec.TokenTypes,
-		EmbeddingSize:  spec.Hidden,
+		EmbeddingSize:  lm.FinalWidth(loaded.Model),
 		EmbedMaxLength: embedMaxLength,
 		EmbedPrompt:    embedPromptText,
 		EmbedPrompts:   teiPrompts,

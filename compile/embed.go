@@ -112,7 +112,9 @@ func (r *Runner) Embed(prompts [][]int, pool Pooling) ([][]float32, error) {
 	if err := st.beginPass(prompts); err != nil {
 		return nil, err
 	}
-	b, h := st.batch, r.spec.Hidden
+	// h is the final hidden states' width: the hidden size, or what the
+	// model's Final projects it to (OPT-350M's word_embed_proj_dim).
+	b, h := st.batch, lm.FinalWidth(r.model)
 	sums := make([][]float64, b)
 	for i := range sums {
 		sums[i] = make([]float64, h)
@@ -128,7 +130,11 @@ func (r *Runner) Embed(prompts [][]int, pool Pooling) ([][]float32, error) {
 		if err != nil {
 			return nil, err
 		}
-		err = tensors.ConstFlatData(out, func(v []float32) { // [B, n, Hidden]
+		if dims := out.Shape().Dimensions; dims[len(dims)-1] != h {
+			out.FinalizeAll()
+			return nil, fmt.Errorf("embed: the final hidden states are %d wide, the model declares %d (lm.FinalWidth)", dims[len(dims)-1], h)
+		}
+		err = tensors.ConstFlatData(out, func(v []float32) { // [B, n, h]
 			if st.Pending() == 0 && pool == PoolLast {
 				last = make([]float32, b*h)
 				for i := range b {

@@ -11,7 +11,10 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/tputool/tputool/internal/errs"
+	"github.com/tputool/tputool/pipeline/lm"
+	_ "github.com/tputool/tputool/pipeline/opt" // OPTForCausalLM, for TestEmbedProjectedOut
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
+	"github.com/tputool/tputool/pipeline/testkit/optref"
 )
 
 // embedPrompts returns prompts of the given lengths of random ids of the
@@ -79,6 +82,63 @@ func TestEmbedLastIsWhatTheHeadProjects(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestEmbedProjectedOut: OPT-350M's final hidden states are the
+// decoder's output projected out to word_embed_proj_dim, which the tied
+// head multiplies: Embed's vectors are that wide, and times the
+// embedding matrix they give Prefill's logits.
+func TestEmbedProjectedOut(t *testing.T) {
+	c := optref.Tiny350M()
+	dir := t.TempDir()
+	if err := c.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lmckpt.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if w := lm.FinalWidth(l.Model); w != c.EmbedDim {
+		t.Fatalf("FinalWidth %d, want %d", w, c.EmbedDim)
+	}
+	r, err := NewRunner(cpuBackend(t), l, Options{Mode: Compiled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	prompts := [][]int{{2, 7, 21, 33, 4}, {2, 9, 14}}
+	vecs, err := r.Embed(prompts, PoolLast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := r.NewState()
+	defer st.Release()
+	logits, err := st.Prefill(prompts, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := c.EmbedDim
+	var emb []float32
+	if err := tensors.ConstFlatData(r.weights["model.embed_tokens.weight"], func(w []float32) { emb = append(emb, w...) }); err != nil {
+		t.Fatal(err)
+	}
+	for i, vec := range vecs {
+		if len(vec) != e {
+			t.Fatalf("vector %d has %d values, want %d", i, len(vec), e)
+		}
+		worst := 0.0
+		for tok := range c.Vocab {
+			var dot float64
+			for j := range e {
+				dot += float64(vec[j]) * float64(emb[tok*e+j])
+			}
+			worst = math.Max(worst, math.Abs(dot-float64(logits[i][tok])))
+		}
+		if worst > 1e-3 {
+			t.Errorf("prompt %d: E·embedding differs from the logits by %g", i, worst)
 		}
 	}
 }

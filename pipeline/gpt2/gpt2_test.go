@@ -30,10 +30,12 @@ func TestLogitsMatchReference(t *testing.T) {
 	bare.Prefix, bare.Buffers, bare.StoredHead, bare.Inner, bare.Unscaled, bare.Seed = "", false, true, 48, true, 121
 	crfm := gpt2ref.Tiny() // Stanford CRFM's (BioMedLM's) scale_attn_by_inverse_layer_idx
 	crfm.InverseLayer, crfm.Seed = true, 122
+	crfmUnscaled := crfm // and with scale_attn_weights false: 1/(i+1) alone
+	crfmUnscaled.Unscaled, crfmUnscaled.Seed = true, 123
 	for _, c := range []struct {
 		name string
 		gpt2 gpt2ref.GPT2
-	}{{"lmhead", gpt2ref.Tiny()}, {"bare", bare}, {"inverse-layer", crfm}} {
+	}{{"lmhead", gpt2ref.Tiny()}, {"bare", bare}, {"inverse-layer", crfm}, {"inverse-layer-unscaled", crfmUnscaled}} {
 		t.Run(c.name, func(t *testing.T) {
 			dir, l := lmckpt.WriteLoad(t, c.gpt2.Write)
 			rm, err := c.gpt2.Load(dir)

@@ -326,24 +326,27 @@ func (m *Model) HeadWeights() []lm.WeightSpec {
 		head, tp = "model.embed_tokens.weight", lm.Replicated
 	}
 	width := s.Hidden
-	ws := m.FinalWeights()
 	if e := m.o.EmbedProj; e > 0 {
 		width = e
-		ws = append(ws, lm.WeightSpec{Name: "model.project_out.weight", Shape: []int{e, s.Hidden}, Matmul: true})
 	}
-	ws = append(ws, lm.WeightSpec{Name: head, Shape: []int{s.VocabSize, width}, Matmul: true, TP: tp})
+	ws := append(m.FinalWeights(), lm.WeightSpec{Name: head, Shape: []int{s.VocabSize, width}, Matmul: true, TP: tp})
 	if m.o.HeadBias {
 		ws = append(ws, lm.WeightSpec{Name: "lm_head.bias", Shape: []int{s.VocabSize}})
 	}
 	return ws
 }
 
-// FinalWeights implements lm.FinalWeighter: the final norm.
+// FinalWeights implements lm.FinalWeighter: the final norm, and with
+// EmbedProj the projection out of the decoder.
 func (m *Model) FinalWeights() []lm.WeightSpec {
-	if m.o.NoFinalNorm {
-		return nil
+	var ws []lm.WeightSpec
+	if !m.o.NoFinalNorm {
+		ws = m.normWeights(m.finalNorm())
 	}
-	return m.normWeights(m.finalNorm())
+	if e := m.o.EmbedProj; e > 0 {
+		ws = append(ws, lm.WeightSpec{Name: "model.project_out.weight", Shape: []int{e, m.o.Spec.Hidden}, Matmul: true})
+	}
+	return ws
 }
 
 // finalNorm is the final norm's name.
@@ -845,20 +848,30 @@ func (m *Model) mlp(p *lm.Params, x *Node) *Node {
 
 var _ lm.FinalWeighter = (*Model)(nil)
 
-// Final implements lm.Finisher: the final norm.
+// Final implements lm.Finisher: the final norm, and with EmbedProj the
+// projection out of the decoder (OPTDecoder's last_hidden_state, which
+// the head multiplies), [..., EmbedProj].
 func (m *Model) Final(w *lm.Params, x *Node) *Node {
-	if m.o.NoFinalNorm {
-		return x
+	if !m.o.NoFinalNorm {
+		x = m.norm(w, m.finalNorm(), x)
 	}
-	return m.norm(w, m.finalNorm(), x)
+	if m.o.EmbedProj > 0 {
+		x = nn.Linear(x, w.Get("model.project_out.weight"), nil)
+	}
+	return x
+}
+
+// FinalWidth implements lm.FinalWidther: EmbedProj, or the hidden size.
+func (m *Model) FinalWidth() int {
+	if e := m.o.EmbedProj; e > 0 {
+		return e
+	}
+	return m.o.Spec.Hidden
 }
 
 // Head implements lm.Model: the final norm and lm_head.
 func (m *Model) Head(w *lm.Params, x *Node) *Node {
 	x = m.Final(w, x)
-	if m.o.EmbedProj > 0 {
-		x = nn.Linear(x, w.Get("model.project_out.weight"), nil)
-	}
 	name := "lm_head.weight"
 	if m.o.Spec.TieEmbeddings {
 		name = "model.embed_tokens.weight"

@@ -62,7 +62,16 @@ func Expect(m Model, src safetensors.Shapes) *safetensors.Strict {
 	s.IgnoreIf(ignoredBuffer)
 	s.IgnoreIf(func(name string) bool { _, skip := SkipReason(m, name); return skip })
 	if spec := m.Spec(); spec.TieEmbeddings {
-		s.Ignore(tiedHead, spec.VocabSize, spec.Hidden)
+		// The tied embedding's shape: [vocab, hidden], or narrower where
+		// the model projects it (OPT-350M's word_embed_proj_dim).
+		shape := []int{spec.VocabSize, spec.Hidden}
+		embed := tiedEmbedding(m)
+		for _, w := range m.EmbedWeights() {
+			if w.Name == embed && len(w.Shape) == 2 {
+				shape = w.Shape
+			}
+		}
+		s.Ignore(tiedHead, shape...)
 	}
 	return s
 }

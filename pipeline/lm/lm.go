@@ -438,6 +438,22 @@ type Finisher interface {
 	Final(w *Params, x *graph.Node) *graph.Node
 }
 
+// FinalWidther is a Finisher whose final hidden states are not
+// hidden_size wide (OPT-350M's, projected out to word_embed_proj_dim).
+type FinalWidther interface {
+	// FinalWidth is the width of Final's output.
+	FinalWidth() int
+}
+
+// FinalWidth is the width of m's final hidden states (lm.Finisher), the
+// embeddings pooled from them: its FinalWidther's, else hidden_size.
+func FinalWidth(m Model) int {
+	if f, ok := m.(FinalWidther); ok {
+		return f.FinalWidth()
+	}
+	return m.Spec().Hidden
+}
+
 // Scorer is a model with a sequence-classification head (a
 // cross-encoder reranker: BertForSequenceClassification,
 // XLMRobertaForSequenceClassification, ModernBertForSequenceClassification,

@@ -18,7 +18,8 @@ var prompts = [][]int{{2, 7, 21, 33, 4}, {2, 9, 14, 60, 3, 5, 41, 27, 11, 19, 50
 // TestLogitsMatchReference runs tiny OPTs (the first uploads' decoder.*
 // names with a stored head; OPTForCausalLM's model.decoder.* without
 // biases or LayerNorm parameters; OPT-350M's LayerNorms after each
-// residual add and embeddings half the hidden size) on a left-padded batch of two prompts
+// residual add and embeddings half the hidden size, with and without a
+// stored head; projected embeddings under pre-LN layers) on a left-padded batch of two prompts
 // and decode steps, compiled and eager, on the go and cpu backends,
 // against optref's float64 forward under the checkpoints' names; and in
 // bfloat16 within a few percent. A reference reading the position table
@@ -28,10 +29,14 @@ func TestLogitsMatchReference(t *testing.T) {
 	const steps = 6
 	bare := optref.Tiny()
 	bare.Prefix, bare.StoredHead, bare.NoBias, bare.NoAffine, bare.Seed = "model.", false, true, true, 151
+	stored350 := optref.Tiny350M() // the first uploads' names, the tied head stored [vocab, word_embed_proj_dim]
+	stored350.Prefix, stored350.StoredHead, stored350.Seed = "", true, 153
+	preLNProj := optref.Tiny() // no release has it: the final LayerNorm, then project_out
+	preLNProj.EmbedDim, preLNProj.Seed = 16, 154
 	for _, c := range []struct {
 		name string
 		opt  optref.OPT
-	}{{"decoder", optref.Tiny()}, {"bare", bare}, {"350m", optref.Tiny350M()}} {
+	}{{"decoder", optref.Tiny()}, {"bare", bare}, {"350m", optref.Tiny350M()}, {"350m-stored-head", stored350}, {"preln-projected", preLNProj}} {
 		t.Run(c.name, func(t *testing.T) {
 			dir, l := lmckpt.WriteLoad(t, c.opt.Write)
 			rm, err := c.opt.Load(dir)
@@ -133,8 +138,9 @@ func TestConfig350M(t *testing.T) {
 	if n := lmckpt.Params(m); n != 331_196_416 {
 		t.Errorf("%d parameters, want 331,196,416", n)
 	}
-	if !o.PostLN || !o.NoFinalNorm || o.EmbedProj != 512 || o.Spec.Hidden != 1024 || len(m.(*opt.Model).FinalWeights()) != 0 {
-		t.Errorf("options %+v", o)
+	if fw := m.(*opt.Model).FinalWeights(); !o.PostLN || !o.NoFinalNorm || o.EmbedProj != 512 || o.Spec.Hidden != 1024 ||
+		len(fw) != 1 || fw[0].Name != "model.project_out.weight" || lm.FinalWidth(m) != 512 {
+		t.Errorf("options %+v, final weights %+v", o, fw)
 	}
 	o2, err := opt.Resolve(lmckpt.ParseConfig(t, strings.Replace(opt125m, `"vocab_size": 50272,`, `"vocab_size": 50272, "_remove_final_layer_norm": true,`, 1)))
 	if err != nil {

@@ -51,8 +51,10 @@ type Config struct {
 	UseLognAttn      *bool    `json:"use_logn_attn"`
 	SeqLength        *int     `json:"seq_length"`
 	NoBias           *bool    `json:"no_bias"`
-	ScaleAttnWeights *bool    `json:"scale_attn_weights"`
 }
+
+// defaultKVChannels is QWenConfig's kv_channels.
+const defaultKVChannels = 128
 
 // Defaults are QWenConfig's.
 var Defaults = llama.Defaults{
@@ -68,17 +70,17 @@ func Resolve(cfg *config.File) (llama.Options, error) {
 		return llama.Options{}, err
 	}
 	where := lm.ConfigName(cfg)
-	if c.ScaleAttnWeights != nil && !*c.ScaleAttnWeights {
-		// QWenAttention's scaled_dot_product_attention path scales
-		// anyway, its other path does not.
-		return llama.Options{}, errs.Unsupportedf("%s: scale_attn_weights false (the code's two attention paths disagree on it)", where)
-	}
+	// scale_attn_weights is not read: QWenAttention sets it true itself.
+	// The attention splits c_attn's output by hidden_size and its heads
+	// by hidden_size / num_attention_heads, so kv_channels (QWenConfig's
+	// default 128) must make them agree.
 	hidden := lm.Or(c.HiddenSize, Defaults.Hidden)
 	heads := lm.Or(c.NumAttentionHeads, Defaults.Heads)
-	if c.KVChannels == nil && heads > 0 {
-		kv := hidden / heads // QWenConfig's kv_channels default is 128, the releases' hidden / heads
-		c.KVChannels = &kv
+	kv := lm.Or(c.KVChannels, defaultKVChannels)
+	if kv*heads != hidden {
+		return llama.Options{}, errs.Unsupportedf("%s: kv_channels %d × num_attention_heads %d is not hidden_size %d, which QWenAttention's split needs", where, kv, heads, hidden)
 	}
+	c.KVChannels = &kv
 	inter := lm.Or(c.IntermediateSize, Defaults.Intermediate)
 	if inter%2 != 0 {
 		return llama.Options{}, errs.Unsupportedf("%s: intermediate_size %d is odd; QWenMLP's w1 and w2 are half of it each", where, inter)

@@ -66,23 +66,31 @@ func toQwen(t *testing.T, src, dst string, c lmckpt.Config, swapped bool) {
 	delete(cfg, "num_key_value_heads")
 	delete(cfg, "attention_bias")
 	cfg["intermediate_size"] = 2 * c.Intermediate
-	cfg["no_bias"], cfg["rotary_pct"], cfg["use_dynamic_ntk"], cfg["use_logn_attn"], cfg["seq_length"] = true, 1.0, true, true, 128
+	delete(cfg, "mlp_bias")
+	cfg["no_bias"], cfg["rotary_pct"], cfg["use_dynamic_ntk"], cfg["use_logn_attn"], cfg["seq_length"] = !c.OBias, 1.0, true, true, 128
 	cfg["architectures"], cfg["model_type"] = []string{qwen1.Architecture}, "qwen"
 	if err := lmckpt.WriteCheckpoint(dst, cfg, out); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// TestLogitsMatchReference writes a tiny Llama with q/k/v biases (Qwen's
-// c_attn has one; no_bias drops the others) as a Qwen 1 release and runs
+// TestLogitsMatchReference writes tiny Llamas with q/k/v biases (Qwen's
+// c_attn has one), without and with the other projections' biases
+// (no_bias true and false), as Qwen 1 releases and runs
 // it on a left-padded batch and decode steps, compiled and eager, on the
 // go and cpu backends, against lmref's float64 Llama reading the
 // original; a release read with w1 and w2 the other way round differs.
 func TestLogitsMatchReference(t *testing.T) {
+	for _, biases := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no_bias", true: "biases"}[biases], func(t *testing.T) { testLogits(t, biases) })
+	}
+}
+
+func testLogits(t *testing.T, biases bool) {
 	// An eps and a base that are not QWenConfig's defaults, so that a
 	// misread field shows.
 	c := lmckpt.Config{Vocab: 64, Hidden: 32, Intermediate: 48, Layers: 3, Heads: 4, KVHeads: 4, HeadDim: 8, Eps: 0.02,
-		RopeTheta: []float64{50, 50, 50}, Window: []int{0, 0, 0}, QKVBias: true}
+		RopeTheta: []float64{50, 50, 50}, Window: []int{0, 0, 0}, QKVBias: true, OBias: biases, MLPBias: biases}
 	src := t.TempDir()
 	if err := (lmckpt.Tiny{Arch: "LlamaForCausalLM", Config: c, Seed: 200}).Write(src); err != nil {
 		t.Fatal(err)
@@ -118,7 +126,8 @@ const qwen7bChat = `{"architectures": ["QWenLMHeadModel"], "attn_dropout_prob": 
 // TestConfig reads Qwen-7B-Chat's config.json (7,721,324,544
 // parameters): the MLP half of intermediate_size, the context bounded at
 // seq_length, c_attn's bias alone; its renames and skipped buffers;
-// rotary_pct; the refusals.
+// rotary_pct and scale_attn_weights (not read: QWenAttention sets it);
+// the refusals.
 func TestConfig(t *testing.T) {
 	m, err := lm.New(lmckpt.ParseConfig(t, qwen7bChat))
 	if err != nil {
@@ -161,7 +170,7 @@ func TestConfig(t *testing.T) {
 	// rotary_pct turns part of each head; no_bias false biases every
 	// projection.
 	o2, err := qwen1.Resolve(lmckpt.ParseConfig(t, `{"architectures": ["QWenLMHeadModel"], "hidden_size": 64, "num_attention_heads": 4,
-		"intermediate_size": 96, "rotary_pct": 0.5, "no_bias": false, "use_dynamic_ntk": false, "use_logn_attn": false, "seq_length": 16}`))
+		"kv_channels": 16, "intermediate_size": 96, "rotary_pct": 0.5, "scale_attn_weights": false, "no_bias": false, "use_dynamic_ntk": false, "use_logn_attn": false, "seq_length": 16}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,8 +178,9 @@ func TestConfig(t *testing.T) {
 		t.Errorf("rotary_pct 0.5: %+v, spec %+v", o2.Rope, o2.Spec)
 	}
 	for cfg, want := range map[string]string{
-		`{"architectures": ["QWenLMHeadModel"], "scale_attn_weights": false}`: "scale_attn_weights false",
-		`{"architectures": ["QWenLMHeadModel"], "intermediate_size": 101}`:    "intermediate_size 101 is odd",
+		`{"architectures": ["QWenLMHeadModel"], "hidden_size": 64, "num_attention_heads": 4}`:                   "kv_channels 128 × num_attention_heads 4 is not hidden_size 64",
+		`{"architectures": ["QWenLMHeadModel"], "hidden_size": 64, "num_attention_heads": 4, "kv_channels": 8}`: "kv_channels 8",
+		`{"architectures": ["QWenLMHeadModel"], "intermediate_size": 101}`:                                      "intermediate_size 101 is odd",
 	} {
 		if _, err := qwen1.Resolve(lmckpt.ParseConfig(t, cfg)); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "config.json") {
 			t.Errorf("%s: %v, want %q", cfg, err, want)
