@@ -113,7 +113,7 @@ func (r *Runner) Embed(prompts [][]int, pool Pooling) ([][]float32, error) {
 		return nil, err
 	}
 	// h is the final hidden states' width: the hidden size, or what the
-	// model's Final projects it to (OPT-350M's word_embed_proj_dim).
+	// model's Final projects it to (OPT-350M's narrower embedding width).
 	b, h := st.batch, lm.FinalWidth(r.model)
 	sums := make([][]float64, b)
 	for i := range sums {
