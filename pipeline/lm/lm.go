@@ -433,8 +433,9 @@ type Varianter interface {
 type Finisher interface {
 	// Final maps hidden states [..., Hidden] (Layer's output, at one
 	// position or many) to the normed hidden states Head multiplies by
-	// its projection, [..., Hidden] in the compute dtype. It reads only
-	// HeadWeights' norm.
+	// its projection, [..., FinalWidth(model)] in the compute dtype. It
+	// reads only HeadWeights' norm (and, where the model projects the
+	// states out of the decoder, that projection).
 	Final(w *Params, x *graph.Node) *graph.Node
 }
 
