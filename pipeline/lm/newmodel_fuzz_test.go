@@ -7,15 +7,21 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/tputool/tputool/loader/config"
+	_ "github.com/tputool/tputool/pipeline/baichuan"
 	_ "github.com/tputool/tputool/pipeline/deepseek"
 	_ "github.com/tputool/tputool/pipeline/ernie"
 	_ "github.com/tputool/tputool/pipeline/gemma3"
+	_ "github.com/tputool/tputool/pipeline/gpt2"
 	_ "github.com/tputool/tputool/pipeline/granite"
+	_ "github.com/tputool/tputool/pipeline/internlm2"
 	"github.com/tputool/tputool/pipeline/lm"
+	_ "github.com/tputool/tputool/pipeline/minicpm"
 	_ "github.com/tputool/tputool/pipeline/minimax"
 	_ "github.com/tputool/tputool/pipeline/mistral"
 	_ "github.com/tputool/tputool/pipeline/mixtral"
 	_ "github.com/tputool/tputool/pipeline/olmoe"
+	_ "github.com/tputool/tputool/pipeline/opt"
+	_ "github.com/tputool/tputool/pipeline/qwen1"
 	_ "github.com/tputool/tputool/pipeline/qwen2"
 	_ "github.com/tputool/tputool/pipeline/qwen3"
 	_ "github.com/tputool/tputool/pipeline/qwen3moe"
@@ -79,6 +85,19 @@ func FuzzNewModel(f *testing.F) {
 	f.Add([]byte(`{"architectures":["GraniteMoeForCausalLM"],"num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,` +
 		`"intermediate_size":32,"num_local_experts":8,"num_experts_per_tok":2,"embedding_multiplier":12,"attention_multiplier":0.0625,` +
 		`"residual_multiplier":0.22,"logits_scaling":6}`))
+	// The forty-first session's families and options.
+	f.Add([]byte(`{"architectures":["InternLM2ForCausalLM"],"num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,` +
+		`"num_key_value_heads":2,"intermediate_size":96,"bias":true,"rope_scaling":{"type":"dynamic","factor":2.0}}`))
+	f.Add([]byte(`{"architectures":["BaichuanForCausalLM"],"num_hidden_layers":2,"hidden_size":48,"num_attention_heads":6,` +
+		`"intermediate_size":96,"vocab_size":125696,"model_max_length":64}`))
+	f.Add([]byte(`{"architectures":["MiniCPMForCausalLM"],"num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,"scale_emb":12,` +
+		`"scale_depth":1.4,"dim_model_base":16,"max_position_embeddings":64,"sparse_config":{"dense_len":32},` +
+		`"rope_scaling":{"rope_type":"longrope","short_factor":[1,1,1,1,1,1,1,1],"long_factor":[2,2,2,2,2,2,2,2],"original_max_position_embeddings":32}}`))
+	f.Add([]byte(`{"architectures":["QWenLMHeadModel"],"num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,"kv_channels":16,` +
+		`"intermediate_size":96,"rotary_pct":0.5,"seq_length":32,"no_bias":false}`))
+	f.Add([]byte(`{"architectures":["OPTForCausalLM"],"num_hidden_layers":2,"hidden_size":64,"num_attention_heads":4,"ffn_dim":96,` +
+		`"do_layer_norm_before":false,"word_embed_proj_dim":32,"max_position_embeddings":64}`))
+	f.Add([]byte(`{"architectures":["GPT2LMHeadModel"],"n_layer":2,"n_embd":64,"n_head":4,"n_positions":64,"scale_attn_by_inverse_layer_idx":true}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cfg, err := config.ParseModel(b)
 		if err != nil {
