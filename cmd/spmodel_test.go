@@ -71,3 +71,34 @@ func TestGenerateSentencePieceTokenizer(t *testing.T) {
 	assert.Contains(t, e.errOut.String(), `tokenizer class "T5Tokenizer"`)
 	assert.Contains(t, e.errOut.String(), "tokenizer.model")
 }
+
+// TestChatSentencePieceInternLM2: generate --chat renders the chat
+// template and encodes it with an InternLM2Tokenizer's SentencePiece model
+// (loader/tokenizer's testdata/spm/bpe-nobyte, whose config adds no BOS):
+// the unregistered user-defined <|im_end|> the template writes is one
+// piece, and "b" after it takes no dummy prefix, as SentencePiece itself
+// encodes "a<|im_end|>b" (the fixture's vectors: 9, 3, 451).
+func TestChatSentencePieceInternLM2(t *testing.T) {
+	dir := t.TempDir()
+	c := lmckpt.Config{Vocab: 500, Hidden: 32, Intermediate: 48, Layers: 1, Heads: 4, KVHeads: 2, HeadDim: 8, Eps: 1e-5, Tied: true, RopeTheta: []float64{10000}, Window: []int{0}}
+	require.NoError(t, lmckpt.Tiny{Arch: "LlamaForCausalLM", Config: c, Seed: 14}.Write(dir))
+	gz, err := os.ReadFile(filepath.Join("..", "loader", "tokenizer", "testdata", "spm", "bpe-nobyte", "tokenizer.model.gz"))
+	require.NoError(t, err)
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	require.NoError(t, err)
+	model, err := io.ReadAll(zr)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.model"), model, 0o644))
+	cfg := `{"tokenizer_class": "InternLM2Tokenizer", "add_bos_token": false,
+		"chat_template": "{% for m in messages %}{{ m.content }}<|im_end|>b{% endfor %}"}`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(cfg), 0o644))
+
+	e := genEnv(t)
+	require.Equal(t, ExitOK, e.run("--json", "generate", "-m", dir, "--chat", "-p", "a", "-n", "2", "--temperature", "0"), e.errOut.String())
+	var res []struct {
+		Prompt []int `json:"prompt_token_ids"`
+	}
+	require.NoError(t, json.Unmarshal(e.out.Bytes(), &res), e.out.String())
+	require.Len(t, res, 1)
+	assert.Equal(t, []int{9, 3, 451}, res[0].Prompt)
+}
