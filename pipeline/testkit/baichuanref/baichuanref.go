@@ -46,30 +46,24 @@ func Baichuan7B() Baichuan {
 
 func (c Baichuan) headDim() int { return c.Hidden / c.Heads }
 
-type tensor struct {
-	name  string
-	shape []int
-	init  string
-}
-
-func (c Baichuan) tensors() []tensor {
+func (c Baichuan) tensors() []lmckpt.Spec {
 	H := c.Hidden
-	out := []tensor{{"model.embed_tokens.weight", []int{c.Vocab, H}, "embed"}}
+	out := []lmckpt.Spec{lmckpt.NewSpec("model.embed_tokens.weight", []int{c.Vocab, H}, "embed")}
 	for l := range c.Layers {
 		p := fmt.Sprintf("model.layers.%d.", l)
 		out = append(out,
-			tensor{p + "input_layernorm.weight", []int{H}, "norm"},
-			tensor{p + "self_attn.W_pack.weight", []int{3 * H, H}, "linear"},
-			tensor{p + "self_attn.o_proj.weight", []int{H, H}, "linear"},
-			tensor{p + "post_attention_layernorm.weight", []int{H}, "norm"},
-			tensor{p + "mlp.gate_proj.weight", []int{c.FFN, H}, "linear"},
-			tensor{p + "mlp.up_proj.weight", []int{c.FFN, H}, "linear"},
-			tensor{p + "mlp.down_proj.weight", []int{H, c.FFN}, "linear"})
+			lmckpt.NewSpec(p+"input_layernorm.weight", []int{H}, "norm"),
+			lmckpt.NewSpec(p+"self_attn.W_pack.weight", []int{3 * H, H}, "linear"),
+			lmckpt.NewSpec(p+"self_attn.o_proj.weight", []int{H, H}, "linear"),
+			lmckpt.NewSpec(p+"post_attention_layernorm.weight", []int{H}, "norm"),
+			lmckpt.NewSpec(p+"mlp.gate_proj.weight", []int{c.FFN, H}, "linear"),
+			lmckpt.NewSpec(p+"mlp.up_proj.weight", []int{c.FFN, H}, "linear"),
+			lmckpt.NewSpec(p+"mlp.down_proj.weight", []int{H, c.FFN}, "linear"))
 	}
 	// NormHead's rows are stored unnormalized (the releases save the
 	// trained weight; the first forward normalizes it): rows of lengths
 	// far from 1, so that a head read without normalizing differs.
-	return append(out, tensor{"model.norm.weight", []int{H}, "norm"}, tensor{"lm_head.weight", []int{c.Vocab, H}, "head"})
+	return append(out, lmckpt.NewSpec("model.norm.weight", []int{H}, "norm"), lmckpt.NewSpec("lm_head.weight", []int{c.Vocab, H}, "head"))
 }
 
 // ConfigJSON is the config.json with BaichuanConfig's names: the 13B
@@ -92,22 +86,17 @@ func (c Baichuan) ConfigJSON() map[string]any {
 // Write writes dir/config.json, generation_config.json and
 // model.safetensors (float32).
 func (c Baichuan) Write(dir string) error {
-	r := lmckpt.NewRand(c.Seed)
-	var ts []lmckpt.F32Tensor
-	for _, t := range c.tensors() {
-		v := lmckpt.Fill(r, t.shape, func(u float64, fan int) float64 {
-			switch t.init {
-			case "embed":
-				return u
-			case "norm":
-				return 1 + 0.2*u
-			case "head":
-				return 3 * u
-			}
-			return u / math.Sqrt(float64(fan))
-		})
-		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: v})
-	}
+	ts := lmckpt.DrawSpecs(c.Seed, c.tensors(), func(init string, u float64, fan int) float64 {
+		switch init {
+		case "embed":
+			return u
+		case "norm":
+			return 1 + 0.2*u
+		case "head":
+			return 3 * u
+		}
+		return u / math.Sqrt(float64(fan))
+	})
 	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 1, "eos_token_id": 2}, ts)
 }
 
@@ -119,16 +108,9 @@ type Model struct {
 
 // Load reads a checkpoint Write wrote, checking every tensor's size.
 func (c Baichuan) Load(dir string) (*Model, error) {
-	w, err := lmckpt.ReadFloat64(dir)
+	w, err := lmckpt.ReadSpecs(dir, "baichuanref", c.tensors())
 	if err != nil {
 		return nil, err
-	}
-	chk := lmckpt.Weights64{M: w, Kit: "baichuanref"}
-	for _, t := range c.tensors() {
-		chk.Shaped(t.name, t.shape)
-	}
-	if chk.Err != nil {
-		return nil, chk.Err
 	}
 	return &Model{C: c, W: w}, nil
 }

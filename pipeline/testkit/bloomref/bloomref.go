@@ -31,22 +31,16 @@ func Tiny() Bloom {
 	return Bloom{Vocab: 64, Hidden: 48, Layers: 3, Heads: 6, Eps: 1e-5, Seed: 140}
 }
 
-type tensor struct {
-	name  string
-	shape []int
-	init  string
-}
-
-func (c Bloom) tensors() []tensor {
+func (c Bloom) tensors() []lmckpt.Spec {
 	H, p0 := c.Hidden, c.Prefix
-	out := []tensor{
-		{p0 + "word_embeddings.weight", []int{c.Vocab, H}, "embed"},
-		{p0 + "word_embeddings_layernorm.weight", []int{H}, "norm"},
-		{p0 + "word_embeddings_layernorm.bias", []int{H}, "bias"},
+	out := []lmckpt.Spec{
+		lmckpt.NewSpec(p0+"word_embeddings.weight", []int{c.Vocab, H}, "embed"),
+		lmckpt.NewSpec(p0+"word_embeddings_layernorm.weight", []int{H}, "norm"),
+		lmckpt.NewSpec(p0+"word_embeddings_layernorm.bias", []int{H}, "bias"),
 	}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("%sh.%d.", p0, l)
-		add := func(name, init string, shape ...int) { out = append(out, tensor{p + name, shape, init}) }
+		add := func(name, init string, shape ...int) { out = append(out, lmckpt.NewSpec(p+name, shape, init)) }
 		add("input_layernorm.weight", "norm", H)
 		add("input_layernorm.bias", "bias", H)
 		add("self_attention.query_key_value.weight", "linear", 3*H, H)
@@ -60,7 +54,7 @@ func (c Bloom) tensors() []tensor {
 		add("mlp.dense_4h_to_h.weight", "linear", H, 4*H)
 		add("mlp.dense_4h_to_h.bias", "bias", H)
 	}
-	return append(out, tensor{p0 + "ln_f.weight", []int{H}, "norm"}, tensor{p0 + "ln_f.bias", []int{H}, "bias"})
+	return append(out, lmckpt.NewSpec(p0+"ln_f.weight", []int{H}, "norm"), lmckpt.NewSpec(p0+"ln_f.bias", []int{H}, "bias"))
 }
 
 // ConfigJSON is the config.json with BloomConfig's names, as
@@ -78,22 +72,17 @@ func (c Bloom) ConfigJSON() map[string]any {
 // Write writes dir/config.json, generation_config.json and
 // model.safetensors (float32).
 func (c Bloom) Write(dir string) error {
-	r := lmckpt.NewRand(c.Seed)
-	var ts []lmckpt.F32Tensor
-	for _, t := range c.tensors() {
-		v := lmckpt.Fill(r, t.shape, func(u float64, fan int) float64 {
-			switch t.init {
-			case "embed":
-				return u
-			case "norm":
-				return 1 + 0.2*u
-			case "bias":
-				return 0.3 * u
-			}
-			return 2 * u / math.Sqrt(float64(fan))
-		})
-		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: v})
-	}
+	ts := lmckpt.DrawSpecs(c.Seed, c.tensors(), func(init string, u float64, fan int) float64 {
+		switch init {
+		case "embed":
+			return u
+		case "norm":
+			return 1 + 0.2*u
+		case "bias":
+			return 0.3 * u
+		}
+		return 2 * u / math.Sqrt(float64(fan))
+	})
 	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 3}, ts)
 }
 
@@ -108,16 +97,9 @@ type Model struct {
 
 // Load reads a checkpoint Write wrote, checking every tensor's size.
 func (c Bloom) Load(dir string) (*Model, error) {
-	w, err := lmckpt.ReadFloat64(dir)
+	w, err := lmckpt.ReadSpecs(dir, "bloomref", c.tensors())
 	if err != nil {
 		return nil, err
-	}
-	chk := lmckpt.Weights64{M: w, Kit: "bloomref"}
-	for _, t := range c.tensors() {
-		chk.Shaped(t.name, t.shape)
-	}
-	if chk.Err != nil {
-		return nil, chk.Err
 	}
 	return &Model{C: c, W: w}, nil
 }

@@ -88,19 +88,13 @@ func (c Falcon) kv() int {
 	return c.Heads
 }
 
-type tensor struct {
-	name  string
-	shape []int
-	init  string
-}
-
-func (c Falcon) tensors() []tensor {
+func (c Falcon) tensors() []lmckpt.Spec {
 	H := c.Hidden
 	qkv := (c.Heads + 2*c.kv()) * c.headSize()
-	out := []tensor{{"transformer.word_embeddings.weight", []int{c.Vocab, H}, "embed"}}
+	out := []lmckpt.Spec{lmckpt.NewSpec("transformer.word_embeddings.weight", []int{c.Vocab, H}, "embed")}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("transformer.h.%d.", l)
-		add := func(name, init string, shape ...int) { out = append(out, tensor{p + name, shape, init}) }
+		add := func(name, init string, shape ...int) { out = append(out, lmckpt.NewSpec(p+name, shape, init)) }
 		ln := func(name string) {
 			add(name+".weight", "norm", H)
 			add(name+".bias", "bias", H)
@@ -126,9 +120,9 @@ func (c Falcon) tensors() []tensor {
 		lin("mlp.dense_h_to_4h", c.FFN, H)
 		lin("mlp.dense_4h_to_h", H, c.FFN)
 	}
-	out = append(out, tensor{"transformer.ln_f.weight", []int{H}, "norm"}, tensor{"transformer.ln_f.bias", []int{H}, "bias"})
+	out = append(out, lmckpt.NewSpec("transformer.ln_f.weight", []int{H}, "norm"), lmckpt.NewSpec("transformer.ln_f.bias", []int{H}, "bias"))
 	if !c.Tied {
-		out = append(out, tensor{"lm_head.weight", []int{c.Vocab, H}, "linear"})
+		out = append(out, lmckpt.NewSpec("lm_head.weight", []int{c.Vocab, H}, "linear"))
 	}
 	return out
 }
@@ -152,22 +146,17 @@ func (c Falcon) ConfigJSON() map[string]any {
 // Write writes dir/config.json, generation_config.json and
 // model.safetensors (float32).
 func (c Falcon) Write(dir string) error {
-	r := lmckpt.NewRand(c.Seed)
-	var ts []lmckpt.F32Tensor
-	for _, t := range c.tensors() {
-		v := lmckpt.Fill(r, t.shape, func(u float64, fan int) float64 {
-			switch t.init {
-			case "embed":
-				return u
-			case "norm":
-				return 1 + 0.2*u
-			case "bias":
-				return 0.3 * u
-			}
-			return u / math.Sqrt(float64(fan))
-		})
-		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: v})
-	}
+	ts := lmckpt.DrawSpecs(c.Seed, c.tensors(), func(init string, u float64, fan int) float64 {
+		switch init {
+		case "embed":
+			return u
+		case "norm":
+			return 1 + 0.2*u
+		case "bias":
+			return 0.3 * u
+		}
+		return u / math.Sqrt(float64(fan))
+	})
 	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 0, "eos_token_id": 0}, ts)
 }
 
@@ -182,16 +171,9 @@ type Model struct {
 
 // Load reads a checkpoint Write wrote, checking every tensor's size.
 func (c Falcon) Load(dir string) (*Model, error) {
-	w, err := lmckpt.ReadFloat64(dir)
+	w, err := lmckpt.ReadSpecs(dir, "falconref", c.tensors())
 	if err != nil {
 		return nil, err
-	}
-	chk := lmckpt.Weights64{M: w, Kit: "falconref"}
-	for _, t := range c.tensors() {
-		chk.Shaped(t.name, t.shape)
-	}
-	if chk.Err != nil {
-		return nil, chk.Err
 	}
 	return &Model{C: c, W: w}, nil
 }

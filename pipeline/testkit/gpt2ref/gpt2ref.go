@@ -82,18 +82,12 @@ func (c GPT2) inner() int {
 	return c.Inner
 }
 
-type tensor struct {
-	name  string
-	shape []int
-	init  string
-}
-
-func (c GPT2) tensors() []tensor {
+func (c GPT2) tensors() []lmckpt.Spec {
 	H, I, p0 := c.Hidden, c.inner(), c.Prefix
-	out := []tensor{{p0 + "wte.weight", []int{c.Vocab, H}, "embed"}, {p0 + "wpe.weight", []int{c.Positions, H}, "embed"}}
+	out := []lmckpt.Spec{lmckpt.NewSpec(p0+"wte.weight", []int{c.Vocab, H}, "embed"), lmckpt.NewSpec(p0+"wpe.weight", []int{c.Positions, H}, "embed")}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("%sh.%d.", p0, l)
-		add := func(name, init string, shape ...int) { out = append(out, tensor{p + name, shape, init}) }
+		add := func(name, init string, shape ...int) { out = append(out, lmckpt.NewSpec(p+name, shape, init)) }
 		add("ln_1.weight", "norm", H)
 		add("ln_1.bias", "bias", H)
 		add("attn.c_attn.weight", "matrix", c.matrix(H, H+2*c.kvDim())...)
@@ -111,7 +105,7 @@ func (c GPT2) tensors() []tensor {
 			add("attn.masked_bias", "mask")
 		}
 	}
-	return append(out, tensor{p0 + "ln_f.weight", []int{H}, "norm"}, tensor{p0 + "ln_f.bias", []int{H}, "bias"})
+	return append(out, lmckpt.NewSpec(p0+"ln_f.weight", []int{H}, "norm"), lmckpt.NewSpec(p0+"ln_f.bias", []int{H}, "bias"))
 }
 
 // ConfigJSON is the config.json with GPT2Config's names.
@@ -140,20 +134,20 @@ func (c GPT2) Write(dir string) error {
 	var ts []lmckpt.F32Tensor
 	var wte []float32
 	for _, t := range c.tensors() {
-		if t.init == "mask" { // never read: ones (a scalar for masked_bias)
+		if t.Init == "mask" { // never read: ones (a scalar for masked_bias)
 			n := 1
-			for _, d := range t.shape {
+			for _, d := range t.Shape {
 				n *= d
 			}
 			ones := make([]float32, n)
 			for i := range ones {
 				ones[i] = 1
 			}
-			ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: ones})
+			ts = append(ts, lmckpt.F32Tensor{Name: t.Name, Shape: t.Shape, Values: ones})
 			continue
 		}
-		v := lmckpt.Fill(r, t.shape, func(u float64, fan int) float64 {
-			switch t.init {
+		v := lmckpt.Fill(r, t.Shape, func(u float64, fan int) float64 {
+			switch t.Init {
 			case "embed":
 				return u
 			case "norm":
@@ -162,14 +156,14 @@ func (c GPT2) Write(dir string) error {
 				return 0.3 * u
 			}
 			if c.BigCode {
-				return u / math.Sqrt(float64(t.shape[1]))
+				return u / math.Sqrt(float64(t.Shape[1]))
 			}
-			return u / math.Sqrt(float64(t.shape[0])) // Conv1D: the fan-in is the first axis
+			return u / math.Sqrt(float64(t.Shape[0])) // Conv1D: the fan-in is the first axis
 		})
-		if t.name == c.Prefix+"wte.weight" {
+		if t.Name == c.Prefix+"wte.weight" {
 			wte = v
 		}
-		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: v})
+		ts = append(ts, lmckpt.F32Tensor{Name: t.Name, Shape: t.Shape, Values: v})
 	}
 	if c.StoredHead {
 		ts = append(ts, lmckpt.F32Tensor{Name: "lm_head.weight", Shape: []int{c.Vocab, c.Hidden}, Values: wte})
@@ -188,16 +182,9 @@ type Model struct {
 
 // Load reads a checkpoint Write wrote, checking every tensor's size.
 func (c GPT2) Load(dir string) (*Model, error) {
-	w, err := lmckpt.ReadFloat64(dir)
+	w, err := lmckpt.ReadSpecs(dir, "gpt2ref", c.tensors())
 	if err != nil {
 		return nil, err
-	}
-	chk := lmckpt.Weights64{M: w, Kit: "gpt2ref"}
-	for _, t := range c.tensors() {
-		chk.Shaped(t.name, t.shape)
-	}
-	if chk.Err != nil {
-		return nil, chk.Err
 	}
 	return &Model{C: c, W: w}, nil
 }

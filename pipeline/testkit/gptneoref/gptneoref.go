@@ -39,18 +39,12 @@ func Tiny() GPTNeo {
 
 func (c GPTNeo) kind(l int) string { return c.Types[l%len(c.Types)] }
 
-type tensor struct {
-	name  string
-	shape []int
-	init  string
-}
-
-func (c GPTNeo) tensors() []tensor {
+func (c GPTNeo) tensors() []lmckpt.Spec {
 	H := c.Hidden
-	out := []tensor{{"transformer.wte.weight", []int{c.Vocab, H}, "embed"}, {"transformer.wpe.weight", []int{c.Positions, H}, "embed"}}
+	out := []lmckpt.Spec{lmckpt.NewSpec("transformer.wte.weight", []int{c.Vocab, H}, "embed"), lmckpt.NewSpec("transformer.wpe.weight", []int{c.Positions, H}, "embed")}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("transformer.h.%d.", l)
-		add := func(name, init string, shape ...int) { out = append(out, tensor{p + name, shape, init}) }
+		add := func(name, init string, shape ...int) { out = append(out, lmckpt.NewSpec(p+name, shape, init)) }
 		add("ln_1.weight", "norm", H)
 		add("ln_1.bias", "bias", H)
 		for _, proj := range []string{"k_proj", "v_proj", "q_proj"} {
@@ -69,7 +63,7 @@ func (c GPTNeo) tensors() []tensor {
 		add("mlp.c_proj.weight", "linear", H, 4*H)
 		add("mlp.c_proj.bias", "bias", H)
 	}
-	return append(out, tensor{"transformer.ln_f.weight", []int{H}, "norm"}, tensor{"transformer.ln_f.bias", []int{H}, "bias"})
+	return append(out, lmckpt.NewSpec("transformer.ln_f.weight", []int{H}, "norm"), lmckpt.NewSpec("transformer.ln_f.bias", []int{H}, "bias"))
 }
 
 // ConfigJSON is the config.json with GPTNeoConfig's names.
@@ -93,16 +87,16 @@ func (c GPTNeo) Write(dir string) error {
 	r := lmckpt.NewRand(c.Seed)
 	var ts []lmckpt.F32Tensor
 	for _, t := range c.tensors() {
-		if t.init == "mask" { // never read
+		if t.Init == "mask" { // never read
 			n := 1
-			for _, d := range t.shape {
+			for _, d := range t.Shape {
 				n *= d
 			}
-			ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: make([]float32, n)})
+			ts = append(ts, lmckpt.F32Tensor{Name: t.Name, Shape: t.Shape, Values: make([]float32, n)})
 			continue
 		}
-		v := lmckpt.Fill(r, t.shape, func(u float64, fan int) float64 {
-			switch t.init {
+		v := lmckpt.Fill(r, t.Shape, func(u float64, fan int) float64 {
+			switch t.Init {
 			case "embed":
 				return u
 			case "norm":
@@ -112,7 +106,7 @@ func (c GPTNeo) Write(dir string) error {
 			}
 			return u / math.Sqrt(float64(fan)) // small enough that the unscaled scores stay near a real model's
 		})
-		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: v})
+		ts = append(ts, lmckpt.F32Tensor{Name: t.Name, Shape: t.Shape, Values: v})
 	}
 	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 0, "eos_token_id": 0}, ts)
 }
@@ -127,16 +121,9 @@ type Model struct {
 
 // Load reads a checkpoint Write wrote, checking every tensor's size.
 func (c GPTNeo) Load(dir string) (*Model, error) {
-	w, err := lmckpt.ReadFloat64(dir)
+	w, err := lmckpt.ReadSpecs(dir, "gptneoref", c.tensors())
 	if err != nil {
 		return nil, err
-	}
-	chk := lmckpt.Weights64{M: w, Kit: "gptneoref"}
-	for _, t := range c.tensors() {
-		chk.Shaped(t.name, t.shape)
-	}
-	if chk.Err != nil {
-		return nil, chk.Err
 	}
 	return &Model{C: c, W: w}, nil
 }

@@ -57,27 +57,21 @@ func Tiny() OPT {
 	return OPT{Vocab: 64, Hidden: 32, FFN: 80, Layers: 3, Heads: 4, Positions: 40, StoredHead: true, Seed: 150}
 }
 
-type tensor struct {
-	name  string
-	shape []int
-	init  string
-}
-
-func (c OPT) tensors() []tensor {
+func (c OPT) tensors() []lmckpt.Spec {
 	H, p0 := c.Hidden, c.Prefix+"decoder."
-	out := []tensor{{p0 + "embed_tokens.weight", []int{c.Vocab, c.embedDim()}, "embed"}, {p0 + "embed_positions.weight", []int{c.Positions + 2, H}, "embed"}}
+	out := []lmckpt.Spec{lmckpt.NewSpec(p0+"embed_tokens.weight", []int{c.Vocab, c.embedDim()}, "embed"), lmckpt.NewSpec(p0+"embed_positions.weight", []int{c.Positions + 2, H}, "embed")}
 	if c.EmbedDim > 0 { // OPTDecoder's project_in and project_out, without biases
-		out = append(out, tensor{p0 + "project_in.weight", []int{H, c.EmbedDim}, "proj"}, tensor{p0 + "project_out.weight", []int{c.EmbedDim, H}, "proj"})
+		out = append(out, lmckpt.NewSpec(p0+"project_in.weight", []int{H, c.EmbedDim}, "proj"), lmckpt.NewSpec(p0+"project_out.weight", []int{c.EmbedDim, H}, "proj"))
 	}
 	norm := func(p, name string) {
 		if !c.NoAffine {
-			out = append(out, tensor{p + name + ".weight", []int{H}, "norm"}, tensor{p + name + ".bias", []int{H}, "bias"})
+			out = append(out, lmckpt.NewSpec(p+name+".weight", []int{H}, "norm"), lmckpt.NewSpec(p+name+".bias", []int{H}, "bias"))
 		}
 	}
 	linear := func(p, name string, o, i int) {
-		out = append(out, tensor{p + name + ".weight", []int{o, i}, "linear"})
+		out = append(out, lmckpt.NewSpec(p+name+".weight", []int{o, i}, "linear"))
 		if !c.NoBias {
-			out = append(out, tensor{p + name + ".bias", []int{o}, "bias"})
+			out = append(out, lmckpt.NewSpec(p+name+".bias", []int{o}, "bias"))
 		}
 	}
 	for l := 0; l < c.Layers; l++ {
@@ -112,30 +106,21 @@ func (c OPT) ConfigJSON() map[string]any {
 // Write writes dir/config.json, generation_config.json and
 // model.safetensors (float32).
 func (c OPT) Write(dir string) error {
-	r := lmckpt.NewRand(c.Seed)
-	var ts []lmckpt.F32Tensor
-	var embed []float32
-	for _, t := range c.tensors() {
-		v := lmckpt.Fill(r, t.shape, func(u float64, fan int) float64 {
-			switch t.init {
-			case "embed":
-				return u
-			case "norm":
-				return 1 + 0.2*u
-			case "bias":
-				return 0.3 * u
-			case "proj":
-				return u / math.Sqrt(float64(fan))
-			}
-			return 2 * u / math.Sqrt(float64(fan))
-		})
-		if t.name == c.Prefix+"decoder.embed_tokens.weight" {
-			embed = v
+	ts := lmckpt.DrawSpecs(c.Seed, c.tensors(), func(init string, u float64, fan int) float64 {
+		switch init {
+		case "embed":
+			return u
+		case "norm":
+			return 1 + 0.2*u
+		case "bias":
+			return 0.3 * u
+		case "proj":
+			return u / math.Sqrt(float64(fan))
 		}
-		ts = append(ts, lmckpt.F32Tensor{Name: t.name, Shape: t.shape, Values: v})
-	}
-	if c.StoredHead {
-		ts = append(ts, lmckpt.F32Tensor{Name: "lm_head.weight", Shape: []int{c.Vocab, c.embedDim()}, Values: embed})
+		return 2 * u / math.Sqrt(float64(fan))
+	})
+	if c.StoredHead { // a copy of embed_tokens (tensors' first)
+		ts = append(ts, lmckpt.F32Tensor{Name: "lm_head.weight", Shape: ts[0].Shape, Values: ts[0].Values})
 	}
 	return lmckpt.WriteF32(dir, c.ConfigJSON(), map[string]any{"bos_token_id": 2, "eos_token_id": 2, "pad_token_id": 1}, ts)
 }
@@ -153,16 +138,9 @@ type Model struct {
 
 // Load reads a checkpoint Write wrote, checking every tensor's size.
 func (c OPT) Load(dir string) (*Model, error) {
-	w, err := lmckpt.ReadFloat64(dir)
+	w, err := lmckpt.ReadSpecs(dir, "optref", c.tensors())
 	if err != nil {
 		return nil, err
-	}
-	chk := lmckpt.Weights64{M: w, Kit: "optref"}
-	for _, t := range c.tensors() {
-		chk.Shaped(t.name, t.shape)
-	}
-	if chk.Err != nil {
-		return nil, chk.Err
 	}
 	return &Model{C: c, W: w}, nil
 }
