@@ -7,6 +7,7 @@
 package moecheck
 
 import (
+	"math"
 	"slices"
 	"testing"
 
@@ -92,6 +93,22 @@ func Prefill(t *testing.T, l *lm.Loaded, prompt []int) [][]float32 {
 		t.Fatal(err)
 	}
 	return got
+}
+
+// Differs checks that a checkpoint written wrong (mutant: a release read
+// with two tensors swapped, say) moves the logits after prompt by at
+// least far from l's, both by Prefill: a test of a family's reading
+// that can fail. what names the mistake in the error.
+func Differs(t *testing.T, what string, l, mutant *lm.Loaded, prompt []int, far float64) {
+	t.Helper()
+	got, bad := Prefill(t, l, prompt)[0], Prefill(t, mutant, prompt)[0]
+	diff := 0.0
+	for i := range got {
+		diff = math.Max(diff, math.Abs(float64(got[i]-bad[i])))
+	}
+	if diff < far {
+		t.Errorf("%s moves the logits by %g only", what, diff)
+	}
 }
 
 // BFloat16 runs l with bfloat16 compute, compiled and eager, on the go
