@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/internlm2"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -28,45 +27,18 @@ func toInternLM2(t *testing.T, src, dst string, c lmckpt.Config, plain bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byName := map[string]safetensors.Tensor{}
-	for _, x := range ts {
-		byName[x.Name] = x
-	}
 	rename := strings.NewReplacer(".input_layernorm.", ".attention_norm.", ".post_attention_layernorm.", ".ffn_norm.",
 		".self_attn.o_proj.", ".attention.wo.", ".mlp.gate_proj.", ".feed_forward.w1.", ".mlp.up_proj.", ".feed_forward.w3.",
 		".mlp.down_proj.", ".feed_forward.w2.")
-	var out []safetensors.Tensor
-	for _, x := range ts {
-		switch {
-		case strings.Contains(x.Name, ".self_attn.q_proj."):
-			k, v := byName[strings.Replace(x.Name, "q_proj", "k_proj", 1)], byName[strings.Replace(x.Name, "q_proj", "v_proj", 1)]
-			row := len(x.Data) / x.Shape[0] // bytes of one output row
-			D := c.HeadDim
-			head := func(t safetensors.Tensor, h int) []byte { return t.Data[h*D*row : (h+1)*D*row] }
-			var data []byte
-			if plain {
-				data = append(append(append(data, x.Data...), k.Data...), v.Data...)
-			} else {
-				per := c.Heads / c.KVHeads
-				for g := range c.KVHeads {
-					for j := range per {
-						data = append(data, head(x, g*per+j)...)
-					}
-					data = append(append(data, head(k, g)...), head(v, g)...)
-				}
-			}
-			shape := append([]int{(c.Heads + 2*c.KVHeads) * D}, x.Shape[1:]...)
-			out = append(out, safetensors.Tensor{Name: strings.Replace(x.Name, ".self_attn.q_proj.", ".attention.wqkv.", 1), DType: x.DType, Shape: shape, Data: data})
-		case strings.Contains(x.Name, ".self_attn.k_proj."), strings.Contains(x.Name, ".self_attn.v_proj."):
-		case x.Name == "model.embed_tokens.weight":
-			x.Name = "model.tok_embeddings.weight"
-			out = append(out, x)
-		case x.Name == "lm_head.weight":
-			x.Name = "output.weight"
-			out = append(out, x)
+	out := lmckpt.FuseQKV(ts, c.Heads, c.KVHeads, c.HeadDim, !plain, ".attention.wqkv.")
+	for i, x := range out {
+		switch x.Name {
+		case "model.embed_tokens.weight":
+			out[i].Name = "model.tok_embeddings.weight"
+		case "lm_head.weight":
+			out[i].Name = "output.weight"
 		default:
-			x.Name = rename.Replace(x.Name)
-			out = append(out, x)
+			out[i].Name = rename.Replace(x.Name)
 		}
 	}
 	delete(cfg, "attention_bias")

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tputool/tputool/loader/safetensors"
 	"github.com/tputool/tputool/pipeline/lm"
 	"github.com/tputool/tputool/pipeline/qwen1"
 	"github.com/tputool/tputool/pipeline/testkit/lmckpt"
@@ -28,35 +27,21 @@ func toQwen(t *testing.T, src, dst string, c lmckpt.Config, swapped bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byName := map[string]safetensors.Tensor{}
-	for _, x := range ts {
-		byName[x.Name] = x
-	}
 	gate, up := ".mlp.w2.", ".mlp.w1."
 	if swapped {
 		gate, up = up, gate
 	}
 	rename := strings.NewReplacer("model.layers.", "transformer.h.", ".input_layernorm.", ".ln_1.", ".post_attention_layernorm.", ".ln_2.",
 		".self_attn.o_proj.", ".attn.c_proj.", ".mlp.gate_proj.", gate, ".mlp.up_proj.", up, ".mlp.down_proj.", ".mlp.c_proj.")
-	var out []safetensors.Tensor
-	for _, x := range ts {
-		switch {
-		case strings.Contains(x.Name, ".self_attn.q_proj."):
-			k, v := byName[strings.Replace(x.Name, "q_proj", "k_proj", 1)], byName[strings.Replace(x.Name, "q_proj", "v_proj", 1)]
-			x.Data = append(append(append([]byte(nil), x.Data...), k.Data...), v.Data...)
-			x.Shape = append([]int{x.Shape[0] + k.Shape[0] + v.Shape[0]}, x.Shape[1:]...)
-			x.Name = rename.Replace(strings.Replace(x.Name, ".self_attn.q_proj.", ".attn.c_attn.", 1))
-			out = append(out, x)
-		case strings.Contains(x.Name, ".self_attn.k_proj."), strings.Contains(x.Name, ".self_attn.v_proj."):
-		case x.Name == "model.embed_tokens.weight":
-			x.Name = "transformer.wte.weight"
-			out = append(out, x)
-		case x.Name == "model.norm.weight":
-			x.Name = "transformer.ln_f.weight"
-			out = append(out, x)
+	out := lmckpt.FuseQKV(ts, c.Heads, c.KVHeads, c.HeadDim, false, ".attn.c_attn.")
+	for i, x := range out {
+		switch x.Name {
+		case "model.embed_tokens.weight":
+			out[i].Name = "transformer.wte.weight"
+		case "model.norm.weight":
+			out[i].Name = "transformer.ln_f.weight"
 		default:
-			x.Name = rename.Replace(x.Name)
-			out = append(out, x)
+			out[i].Name = rename.Replace(x.Name)
 		}
 	}
 	for from, to := range map[string]string{"rms_norm_eps": "layer_norm_epsilon", "rope_theta": "rotary_emb_base", "head_dim": "kv_channels"} {

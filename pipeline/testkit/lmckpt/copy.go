@@ -128,3 +128,43 @@ func Rewrap(src string, rename func(string) string, extra ...string) ([]safetens
 	delete(cfg, "architectures")
 	return ts, cfg, nil
 }
+
+// FuseQKV replaces each layer's self_attn.q_proj, k_proj and v_proj
+// (weights and biases, Llama's names as Rewrap returns them) with one
+// tensor at q_proj's place, named with ".self_attn.q_proj." replaced by
+// into: the rows q, then k, then v, or with grouped by key/value head
+// (each group's heads/kvHeads query heads, then its key head, then its
+// value head, InternLM2's wqkv), heads of headDim rows.
+func FuseQKV(ts []safetensors.Tensor, heads, kvHeads, headDim int, grouped bool, into string) []safetensors.Tensor {
+	byName := map[string]safetensors.Tensor{}
+	for _, x := range ts {
+		byName[x.Name] = x
+	}
+	var out []safetensors.Tensor
+	for _, x := range ts {
+		switch {
+		case strings.Contains(x.Name, ".self_attn.q_proj."):
+			k, v := byName[strings.Replace(x.Name, "q_proj", "k_proj", 1)], byName[strings.Replace(x.Name, "q_proj", "v_proj", 1)]
+			var data []byte
+			if grouped {
+				row := len(x.Data) / x.Shape[0] // bytes of one output row
+				head := func(t safetensors.Tensor, h int) []byte { return t.Data[h*headDim*row : (h+1)*headDim*row] }
+				per := heads / kvHeads
+				for g := range kvHeads {
+					for j := range per {
+						data = append(data, head(x, g*per+j)...)
+					}
+					data = append(append(data, head(k, g)...), head(v, g)...)
+				}
+			} else {
+				data = append(append(append(data, x.Data...), k.Data...), v.Data...)
+			}
+			shape := append([]int{x.Shape[0] + k.Shape[0] + v.Shape[0]}, x.Shape[1:]...)
+			out = append(out, safetensors.Tensor{Name: strings.Replace(x.Name, ".self_attn.q_proj.", into, 1), DType: x.DType, Shape: shape, Data: data})
+		case strings.Contains(x.Name, ".self_attn.k_proj."), strings.Contains(x.Name, ".self_attn.v_proj."):
+		default:
+			out = append(out, x)
+		}
+	}
+	return out
+}
